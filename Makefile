@@ -1,0 +1,39 @@
+# One command per chore; CI runs `make test` through .ci/run.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: setup demo test lint format typecheck bench browser-deps clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+## Load the sample traces into toolmeter-demo.duckdb and open the dashboard on 127.0.0.1:8501.
+demo: setup
+	$(BIN)/toolmeter demo
+
+## Lint, type-check and run every test.
+test: setup lint typecheck
+	$(BIN)/python -m pytest
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+typecheck: setup
+	$(BIN)/mypy
+
+bench: setup
+	$(BIN)/python benchmarks/bench_collector.py
+
+clean:
+	rm -rf $(VENV) toolmeter-demo.duckdb .pytest_cache .mypy_cache .ruff_cache

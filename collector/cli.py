@@ -1,0 +1,211 @@
+"""The ``toolmeter`` command: ingest, top, dashboard, demo.
+
+Errors toolmeter raises on purpose become one line on stderr and exit code 2; ``ingest``
+exits 1 when a file could not be read at all (the others are still loaded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from collector.config import CollectorConfig
+from collector.errors import ToolmeterError
+from collector.ingest import ingest_files
+from collector.report import RANK_METRICS, collector_totals, ranking
+from collector.store import read_connection
+from collector.tokens import ENCODINGS
+
+DEFAULT_DEMO_DB = "toolmeter-demo.duckdb"
+SAMPLE_TRACES = Path(__file__).resolve().parent.parent / "sample_traces"
+DASHBOARD_APP = Path(__file__).resolve().parent.parent / "dashboard" / "streamlit_app.py"
+
+
+def _fmt_tokens(value: Any) -> str:
+    if value is None:
+        return "-"
+    v = float(value)
+    for unit, size in (("M", 1e6), ("k", 1e3)):
+        if abs(v) >= size:
+            return f"{v / size:.1f}{unit}"
+    return f"{v:.0f}"
+
+
+def _pct(value: Any) -> str:
+    return "-" if value is None else f"{float(value) * 100:.0f}%"
+
+
+def _expand(patterns: list[str]) -> list[str]:
+    paths: list[str] = []
+    for pattern in patterns:
+        if os.path.isdir(pattern):
+            found = sorted(glob.glob(os.path.join(pattern, "*.json")) + glob.glob(os.path.join(pattern, "*.json.gz")))
+            found += sorted(glob.glob(os.path.join(pattern, "*.jsonl")))
+            paths += found
+        else:
+            matches = sorted(glob.glob(pattern))
+            paths += matches or [pattern]
+    return paths
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    config = CollectorConfig.resolve(
+        db=args.db, encoding=args.encoding, store_payloads=False if args.numbers_only else None
+    )
+    paths = _expand(args.files)
+    if not paths:
+        print("toolmeter: no trace files given", file=sys.stderr)
+        return 2
+    summary = ingest_files(paths, config, progress=None if args.quiet else lambda m: print(m, file=sys.stderr))
+    for issue in summary.issues:
+        where = issue["source"] or ""
+        if issue.get("span_id"):
+            where += f" span {issue['span_id']}"
+        if issue.get("field"):
+            where += f" field {issue['field']}"
+        print(f"toolmeter: {issue['level']}: {where}: {issue['message']}", file=sys.stderr)
+    print(
+        f"ingested {summary.files} file(s) into {config.db}: {summary.tool_calls} tool calls, "
+        f"{summary.llm_calls} LLM calls, {summary.duplicates} already stored, {summary.failed} failed, "
+        f"{len(summary.issues)} issue(s)"
+    )
+    return 1 if summary.failed_files else 0
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    with read_connection(args.db) as con:
+        rows = ranking(con, by=args.by)
+        totals = collector_totals(con)
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    if not rows:
+        print(f"no tool calls in {args.db} yet")
+        return 0
+    header = f"{'tool':<24} {'calls':>6} {'view p50':>9} {'p95':>8} {'p99':>8} {'max':>8} {'raw p99':>8} {'trunc':>6} {'>budget':>7} {'window cost':>11}"
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(
+            f"{r['tool'][:24]:<24} {r['calls']:>6} {_fmt_tokens(r['view_tokens_p50']):>9} "
+            f"{_fmt_tokens(r['view_tokens_p95']):>8} {_fmt_tokens(r['view_tokens_p99']):>8} "
+            f"{_fmt_tokens(r['view_tokens_max']):>8} {_fmt_tokens(r['raw_tokens_p99']):>8} "
+            f"{_pct(r['truncated_rate']):>6} {_pct(r['over_budget_rate']):>7} {_fmt_tokens(r['window_cost_tokens']):>11}"
+        )
+    if totals["dropped"] or totals["failed"]:
+        print(
+            f"\nnote: collectors dropped {totals['dropped']} and failed {totals['failed']} span(s); see collector_stats"
+        )
+    return 0
+
+
+def _run_dashboard(db: str, port: int, host: str) -> int:
+    try:
+        import streamlit  # noqa: F401
+    except ImportError:
+        print(
+            "toolmeter: the dashboard needs streamlit and plotly: pip install 'toolmeter[dashboard]'", file=sys.stderr
+        )
+        return 2
+    cmd = [
+        sys.executable, "-m", "streamlit", "run", str(DASHBOARD_APP),
+        "--server.address", host, "--server.port", str(port), "--server.headless", "true",
+        "--browser.gatherUsageStats", "false", "--", "--db", os.path.abspath(db),
+    ]  # fmt: skip
+    print(f"dashboard on http://{host}:{port}  (Ctrl+C to stop)", flush=True)
+    try:
+        return subprocess.call(cmd)
+    except KeyboardInterrupt:
+        return 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    return _run_dashboard(args.db, args.port, args.host)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    traces = Path(args.traces)
+    files = _expand([str(traces)])
+    if not files:
+        print(f"toolmeter: no sample traces in {traces}; pass --traces DIR", file=sys.stderr)
+        return 2
+    if os.path.exists(args.db) and not args.keep:
+        os.remove(args.db)
+    config = CollectorConfig.resolve(db=args.db)
+    print(f"loading {len(files)} sample trace file(s) into {args.db} ...", flush=True)
+    summary = ingest_files(files, config)
+    print(f"{summary.tool_calls} tool calls, {summary.llm_calls} LLM calls measured\n")
+    with read_connection(args.db) as con:
+        rows = ranking(con)
+    for r in rows[:8]:
+        print(
+            f"  {r['tool']:<24} p99 view {_fmt_tokens(r['view_tokens_p99']):>7} tokens, raw {_fmt_tokens(r['raw_tokens_p99']):>7}"
+        )
+    print()
+    if args.no_dashboard:
+        return 0
+    return _run_dashboard(args.db, args.port, args.host)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="toolmeter", description="Measure what each tool call puts into an agent's context window."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    db_default = os.environ.get("TOOLMETER_DB", "toolmeter.duckdb")
+
+    p = sub.add_parser("ingest", help="load OTLP/JSON trace files (.json, .jsonl, .gz) into the store")
+    p.add_argument("files", nargs="+", help="files, globs or folders")
+    p.add_argument("--db", default=db_default, help="DuckDB store (default: %(default)s)")
+    p.add_argument("--encoding", choices=ENCODINGS, default=None, help="tiktoken encoding (default o200k_base)")
+    p.add_argument("--numbers-only", action="store_true", help="store figures only, no payloads")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("top", help="rank tools by the size of what they put into the window")
+    p.add_argument("--db", default=db_default)
+    p.add_argument(
+        "--by",
+        choices=list(RANK_METRICS),
+        default="view",
+        help="sort by p99 view tokens (default), raw tokens, bytes, or window cost",
+    )
+    p.add_argument("--json", action="store_true", help="print a JSON list")
+    p.set_defaults(func=cmd_top)
+
+    for name, func, help_text in (
+        ("dashboard", cmd_dashboard, "open the dashboard on a store"),
+        ("demo", cmd_demo, "load the sample traces and open the dashboard"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--db", default=DEFAULT_DEMO_DB if name == "demo" else db_default)
+        p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+        p.add_argument("--port", type=int, default=8501)
+        if name == "demo":
+            p.add_argument("--traces", default=str(SAMPLE_TRACES), help="folder of sample traces")
+            p.add_argument("--keep", action="store_true", help="keep an existing demo store instead of rebuilding it")
+            p.add_argument("--no-dashboard", action="store_true", help="load and print, do not start the dashboard")
+        p.set_defaults(func=func)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ToolmeterError as e:
+        print(f"toolmeter: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `toolmeter top --json | head`
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""Load trace files through the same pipeline as the in-process processor."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from collector.config import CollectorConfig
+from collector.dialects import classify
+from collector.errors import InputError
+from collector.model import Issue
+from collector.otlp_json import read_file
+from collector.pipeline import Item, Pipeline
+
+BATCH_SIZE = 256
+
+
+@dataclass
+class IngestSummary:
+    files: int = 0
+    spans: int = 0
+    tool_calls: int = 0
+    llm_calls: int = 0
+    duplicates: int = 0
+    failed: int = 0
+    issues: list[dict[str, str | None]] = field(default_factory=list)
+    """Every problem met, as stored in ``ingest_issues`` (source, span, field, message)."""
+    failed_files: list[str] = field(default_factory=list)
+
+
+def ingest_files(
+    paths: Iterable[str],
+    config: CollectorConfig,
+    progress: Callable[[str], None] | None = None,
+    workers: int | None = None,
+) -> IngestSummary:
+    """Read, measure and store every tool and LLM span in ``paths``.
+
+    Measuring runs on ``workers`` threads (default: the number of cores, at most 4):
+    tiktoken releases the GIL while it encodes, so counting uses every core.
+    """
+    pipeline = Pipeline(config, collector_id=f"ingest-{os.getpid()}")
+    summary = IngestSummary()
+    workers = workers or min(os.cpu_count() or 1, 4)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="toolmeter-measure") as pool:
+        for path in paths:
+            summary.files += 1
+            issues: list[Issue] = []
+            items: list[Item] = []
+            try:
+                for span in read_file(path, issues):
+                    summary.spans += 1
+                    kind = classify(span.name, span.attributes)
+                    if kind is not None:
+                        items.append(Item(kind, span))
+            except InputError as e:
+                summary.failed_files.append(path)
+                issues.append(Issue(path, str(e).removeprefix(f"{path}: "), level="error"))
+            chunks = [items[i : i + BATCH_SIZE] for i in range(0, len(items), BATCH_SIZE)] or [[]]
+            batches = list(pool.map(pipeline.build_batch, chunks))
+            batches[0].issue_rows += pipeline.build_batch([], issues).issue_rows
+            for batch in batches:
+                result = pipeline.write(batch)
+                summary.tool_calls += result.tool_calls
+                summary.llm_calls += result.llm_calls
+                summary.duplicates += result.duplicates
+                summary.issues += batch.issue_rows
+            if progress:
+                progress(f"{path}: {len(items)} tool/LLM spans")
+    summary.failed = pipeline.counters.failed
+    return summary

@@ -1,0 +1,96 @@
+"""Plain, frozen records that flow from the span readers to the measurer and the store.
+
+A :class:`ToolCall` is what a span said about one tool call, before measurement: the
+payloads as text, and whatever numbers the tool declared. An :class:`LlmCall` is a model
+call, kept lightly so that window cost can be computed. Both are independent of where
+they came from (an in-process span, an OTLP file), so the measurer is tested with plain
+values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+Range = tuple[int, int]
+"""A half-open byte range ``[start, end)`` of a raw result's UTF-8 bytes."""
+
+
+class Source(StrEnum):
+    """Where a figure came from."""
+
+    DECLARED = "declared"
+    """The tool (or its adapter) said so in the span."""
+    INFERRED = "inferred"
+    """toolmeter worked it out from the payloads."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call as a span described it."""
+
+    trace_id: str
+    span_id: str
+    tool_name: str
+    dialect: str
+    start_ns: int
+    end_ns: int
+    parent_span_id: str | None = None
+    tool_call_id: str | None = None
+    service_name: str | None = None
+    agent_name: str | None = None
+    status: str = "unset"
+    error: str | None = None
+    arguments: str | None = None
+    raw: str | bytes | None = None
+    view: str | bytes | None = None
+    raw_bytes_declared: int | None = None
+    view_bytes_declared: int | None = None
+    raw_tokens_declared: int | None = None
+    view_tokens_declared: int | None = None
+    budget_tokens: int | None = None
+    truncated: bool | None = None
+    retained: tuple[Range, ...] | None = None
+    shape: str | None = None
+    source: str = "process"
+    warnings: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class LlmCall:
+    """One model call: enough to know how many times later results were re-read."""
+
+    trace_id: str
+    span_id: str
+    start_ns: int
+    end_ns: int
+    dialect: str
+    parent_span_id: str | None = None
+    service_name: str | None = None
+    model: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    source: str = "process"
+
+
+@dataclass(frozen=True)
+class Issue:
+    """A problem with one input: which source, which span, which field, and what to do."""
+
+    source: str
+    message: str
+    trace_id: str | None = None
+    span_id: str | None = None
+    field: str | None = None
+    level: str = "warning"
+
+    def __str__(self) -> str:
+        where = self.source
+        if self.span_id:
+            where += f" span {self.span_id}"
+        if self.field:
+            where += f" field {self.field}"
+        return f"{where}: {self.message}"

@@ -1,0 +1,186 @@
+"""Read OTLP/JSON trace files into :class:`SpanData`.
+
+Accepted: one ``ExportTraceServiceRequest`` per file (as the OTLP/JSON encoding defines
+it, with hex trace and span ids), or one request per line (JSON Lines, as the
+OpenTelemetry Collector's file exporter writes), optionally gzip-compressed (``.gz``).
+
+A span that cannot be read becomes an :class:`Issue` naming the file, the span's place
+in the request and the field, and the other spans are still read.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from collector.dialects import SpanData
+from collector.errors import InputError
+from collector.model import Issue
+
+_HEX = re.compile(r"^[0-9a-fA-F]*$")
+_STATUS = {
+    0: "unset",
+    1: "ok",
+    2: "error",
+    "STATUS_CODE_UNSET": "unset",
+    "STATUS_CODE_OK": "ok",
+    "STATUS_CODE_ERROR": "error",
+}
+
+
+def any_value(value: Any) -> Any:
+    """Decode an OTLP ``AnyValue`` object into a Python value."""
+    if not isinstance(value, dict):
+        raise ValueError(f"expected an AnyValue object, got {type(value).__name__}")
+    if "stringValue" in value:
+        return value["stringValue"]
+    if "intValue" in value:
+        return int(value["intValue"])
+    if "doubleValue" in value:
+        v = value["doubleValue"]
+        return float(v)  # also the strings "NaN", "Infinity", "-Infinity"
+    if "boolValue" in value:
+        return bool(value["boolValue"])
+    if "bytesValue" in value:
+        return base64.b64decode(value["bytesValue"])
+    if "arrayValue" in value:
+        return [any_value(v) for v in (value["arrayValue"] or {}).get("values", [])]
+    if "kvlistValue" in value:
+        return {kv["key"]: any_value(kv.get("value", {})) for kv in (value["kvlistValue"] or {}).get("values", [])}
+    return None  # an empty AnyValue
+
+
+def attributes(items: Any) -> dict[str, Any]:
+    """Decode a list of OTLP ``KeyValue`` objects."""
+    if items is None:
+        return {}
+    if not isinstance(items, list):
+        raise ValueError(f"attributes must be a list of {{key, value}} objects, got {type(items).__name__}")
+    out: dict[str, Any] = {}
+    for kv in items:
+        out[str(kv["key"])] = any_value(kv.get("value", {}))
+    return out
+
+
+def _hex_id(value: Any, length: int, name: str) -> str:
+    if not isinstance(value, str) or len(value) != length or not _HEX.match(value):
+        # OTLP/JSON uses hex; protobuf's JSON mapping (base64) is accepted too
+        if isinstance(value, str):
+            try:
+                raw = base64.b64decode(value, validate=True)
+                if len(raw) * 2 == length:
+                    return raw.hex()
+            except ValueError:
+                pass
+        raise ValueError(f"{name} must be {length} hex characters, got {value!r}")
+    return value.lower()
+
+
+def _span(raw: dict[str, Any], resource: dict[str, Any], source: str) -> SpanData:
+    status = raw.get("status") or {}
+    code = status.get("code", 0)
+    parent = raw.get("parentSpanId") or None
+    return SpanData(
+        name=str(raw.get("name", "")),
+        trace_id=_hex_id(raw.get("traceId"), 32, "traceId"),
+        span_id=_hex_id(raw.get("spanId"), 16, "spanId"),
+        parent_span_id=_hex_id(parent, 16, "parentSpanId") if parent else None,
+        start_ns=int(raw.get("startTimeUnixNano", 0)),
+        end_ns=int(raw.get("endTimeUnixNano", raw.get("startTimeUnixNano", 0))),
+        attributes=attributes(raw.get("attributes")),
+        resource=resource,
+        status_code=_STATUS.get(code, "unset"),
+        status_message=status.get("message") or None,
+        dropped_attributes=int(raw.get("droppedAttributesCount", 0) or 0),
+        source=source,
+    )
+
+
+def spans_from_request(request: Any, source: str, issues: list[Issue]) -> Iterator[SpanData]:
+    """Yield the spans of one decoded ``ExportTraceServiceRequest``; problems go to ``issues``."""
+    if not isinstance(request, dict) or "resourceSpans" not in request:
+        issues.append(
+            Issue(
+                source, "is not an OTLP/JSON ExportTraceServiceRequest (no 'resourceSpans' key); skipped", level="error"
+            )
+        )
+        return
+    for ri, rs in enumerate(request.get("resourceSpans") or []):
+        try:
+            resource = attributes((rs.get("resource") or {}).get("attributes"))
+        except (ValueError, KeyError, TypeError) as e:
+            issues.append(Issue(source, f"resourceSpans[{ri}].resource.attributes: {e}; resource ignored"))
+            resource = {}
+        for si, ss in enumerate(rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []):
+            for pi, raw in enumerate(ss.get("spans") or []):
+                where = f"resourceSpans[{ri}].scopeSpans[{si}].spans[{pi}]"
+                try:
+                    yield _span(raw, resource, source)
+                except (ValueError, KeyError, TypeError, AttributeError) as e:
+                    span_id = raw.get("spanId") if isinstance(raw, dict) else None
+                    issues.append(
+                        Issue(
+                            source,
+                            f"{where} cannot be read ({e}); this span was skipped, the others were kept",
+                            span_id=str(span_id) if span_id else None,
+                            level="error",
+                        )
+                    )
+
+
+def read_file(path: str, issues: list[Issue]) -> Iterator[SpanData]:
+    """Yield every span in an OTLP/JSON file (or JSON Lines, or either gzipped).
+
+    Raises:
+        InputError: the file cannot be opened, decompressed or parsed at all.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the file ({e.strerror})") from e
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as e:
+            raise InputError(f"{path}: looks gzip-compressed but cannot be decompressed ({e})") from e
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        issues.append(
+            Issue(
+                path,
+                f"is not valid UTF-8 (first bad byte at offset {e.start}); OTLP/JSON must be UTF-8. "
+                "Invalid bytes were replaced with U+FFFD and the rest was read.",
+            )
+        )
+        text = data.decode("utf-8", errors="replace")
+    stripped = text.lstrip()
+    if not stripped:
+        raise InputError(f"{path}: the file is empty")
+    try:
+        request = json.loads(text)
+        yield from spans_from_request(request, path, issues)
+        return
+    except json.JSONDecodeError as whole_error:
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        if len(lines) < 2:
+            raise InputError(
+                f"{path}: not valid JSON (line {whole_error.lineno}, column {whole_error.colno}: {whole_error.msg}). "
+                "Expected an OTLP/JSON ExportTraceServiceRequest or one per line."
+            ) from whole_error
+    except RecursionError as e:
+        raise InputError(f"{path}: JSON nested too deeply to parse") from e
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as e:
+            issues.append(Issue(path, f"line {n} is not valid JSON ({e}); that line was skipped", level="error"))
+            continue
+        yield from spans_from_request(request, f"{path}:{n}", issues)

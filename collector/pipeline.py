@@ -1,0 +1,153 @@
+"""The measurement pipeline shared by the in-process processor and file ingest.
+
+spans -> (:mod:`collector.dialects`) tool and LLM calls -> (:mod:`collector.measure`)
+rows -> (:mod:`collector.store`) one transaction per batch.
+
+One bad span never costs the rest of its batch: it becomes an ``ingest_issues`` row
+(naming the source, span and field) and is counted in ``failed``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+import threading
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from collector.config import CollectorConfig
+from collector.dialects import LLM, TOOL, SpanData, extract_llm_call, extract_tool_call
+from collector.measure import measure
+from collector.model import Issue
+from collector.store import Batch, Store, WriteResult
+from collector.tokens import TokenCounter
+
+logger = logging.getLogger("toolmeter")
+
+
+@dataclass
+class Counters:
+    """The collector's own counters; stored with every flush."""
+
+    spans_seen: int = 0
+    queued: int = 0
+    tool_calls_written: int = 0
+    llm_calls_written: int = 0
+    dropped: int = 0
+    failed: int = 0
+    duplicates: int = 0
+
+
+@dataclass(frozen=True)
+class Item:
+    """One span waiting to be measured, with payloads handed over in-process."""
+
+    kind: str
+    span: SpanData
+    raw: str | bytes | None = None
+    view: str | bytes | None = None
+
+
+def payload_row(trace_id: str, span_id: str, kind: str, data: bytes, cap: int) -> dict[str, Any]:
+    """A payload as stored: whole up to ``cap`` bytes, else head and tail with size and hash."""
+    cut = len(data) > cap
+    half = cap // 2
+    return {
+        "trace_id": trace_id,
+        "span_id": span_id,
+        "kind": kind,
+        "total_bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "cut": cut,
+        "head": data[:half] if cut else data,
+        "tail": data[len(data) - (cap - half) :] if cut else None,
+    }
+
+
+class Pipeline:
+    """Measures items and writes them; owns the store and the counters."""
+
+    def __init__(self, config: CollectorConfig, collector_id: str | None = None) -> None:
+        self.config = config
+        self.store = Store(config.db)
+        self.counter = TokenCounter(config.encoding)
+        self.counters = Counters()
+        self.lock = threading.Lock()
+        self.collector_id = collector_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.started_at = datetime.now(UTC)
+
+    def build_batch(self, items: list[Item], extra_issues: list[Issue] | None = None) -> Batch:
+        """Measure ``items`` into a batch (CPU work; no I/O)."""
+        batch = Batch()
+        issues = list(extra_issues or [])
+        failed = 0
+        for item in items:
+            try:
+                if item.kind == TOOL:
+                    call, found = extract_tool_call(item.span, item.raw, item.view)
+                    issues += found
+                    row, payloads = measure(call, self.counter)
+                    batch.tool_rows.append(row)
+                    if self.config.store_payloads:
+                        cap = self.config.payload_cap_bytes
+                        stored = [payload_row(call.trace_id, call.span_id, k, d, cap) for k, d in payloads.items()]
+                        batch.payload_rows += stored
+                        if any(p["cut"] for p in stored):
+                            row["warnings"].append(
+                                f"payload stored as head and tail only (over {self.config.payload_cap_bytes:,} bytes); "
+                                "figures are from the whole payload"
+                            )
+                elif item.kind == LLM:
+                    llm, found = extract_llm_call(item.span)
+                    issues += found
+                    batch.llm_rows.append(asdict(llm))
+            except Exception as e:  # one bad span must not cost the batch
+                failed += 1
+                logger.warning("toolmeter could not measure span %s: %s", item.span.span_id, e, exc_info=True)
+                issues.append(
+                    Issue(
+                        item.span.source,
+                        f"could not be measured ({type(e).__name__}: {e}); the span was skipped",
+                        item.span.trace_id,
+                        item.span.span_id,
+                        level="error",
+                    )
+                )
+        batch.issue_rows = [
+            {
+                "collector_id": self.collector_id,
+                "level": i.level,
+                "source": i.source,
+                "trace_id": i.trace_id,
+                "span_id": i.span_id,
+                "field": i.field,
+                "message": i.message,
+            }
+            for i in issues
+        ]
+        with self.lock:
+            self.counters.failed += failed
+        return batch
+
+    def write(self, batch: Batch, queued: int = 0) -> WriteResult:
+        """Write ``batch`` with the counters as of now; updates the counters on success."""
+        with self.lock:
+            self.counters.queued = queued
+            stats = asdict(self.counters)
+        stats.update(
+            collector_id=self.collector_id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            started_at=self.started_at,
+        )
+        batch.stats = stats
+        result = self.store.write(batch)
+        with self.lock:
+            self.counters.tool_calls_written += result.tool_calls
+            self.counters.llm_calls_written += result.llm_calls
+            self.counters.duplicates += result.duplicates
+        return result

@@ -1,0 +1,280 @@
+"""``ToolResultProcessor``: an OpenTelemetry span processor that measures tool results.
+
+The agent's thread pays for a filter and an append: ``on_end`` looks up a few
+attributes to see whether the span is a tool or LLM call, takes the payloads that
+:func:`collector.record_tool_result` handed over, and appends to a bounded deque. It
+never blocks on I/O and never raises. A named daemon thread does the rest in batches:
+reading the span, counting tokens, inferring truncation, fingerprinting, and writing one
+DuckDB transaction per batch (:mod:`collector.store`).
+
+When the deque is full (by count or by queued payload bytes) the span is dropped and
+counted; the count is stored with every flush and shown by the dashboard.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import logging
+import os
+import threading
+import time
+import weakref
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import StatusCode, format_span_id, format_trace_id
+
+from collector import attributes as A
+from collector._payloads import register_processor, take_payloads
+from collector.config import CollectorConfig
+from collector.dialects import SpanData, classify
+from collector.errors import StoreError
+from collector.pipeline import Item, Pipeline
+
+logger = logging.getLogger("toolmeter")
+
+_SUPPRESS_KEY = otel_context.create_key("suppress_instrumentation")
+_STATUS = {StatusCode.OK: "ok", StatusCode.ERROR: "error", StatusCode.UNSET: "unset"}
+
+
+def span_data(span: ReadableSpan, source: str = "process") -> SpanData:
+    """Copy what toolmeter reads out of a finished SDK span."""
+    ctx = span.context
+    parent = span.parent
+    status = span.status
+    return SpanData(
+        name=span.name,
+        trace_id=format_trace_id(ctx.trace_id) if ctx else "0" * 32,
+        span_id=format_span_id(ctx.span_id) if ctx else "0" * 16,
+        parent_span_id=format_span_id(parent.span_id) if parent else None,
+        start_ns=span.start_time or 0,
+        end_ns=span.end_time or span.start_time or 0,
+        attributes=dict(span.attributes or {}),
+        resource=dict(span.resource.attributes) if span.resource else {},
+        status_code=_STATUS.get(status.status_code, "unset"),
+        status_message=status.description,
+        dropped_attributes=span.dropped_attributes,
+        source=source,
+    )
+
+
+class ToolResultProcessor(SpanProcessor):
+    """Records every tool call (and, lightly, every LLM call) into a DuckDB store.
+
+    Args:
+        db: path of the DuckDB file (created on first use).
+        encoding: tiktoken encoding for counts, ``o200k_base`` or ``cl100k_base``.
+        store_payloads: keep payloads for replay; False keeps numbers only.
+        payload_cap_bytes: larger payloads are stored as head and tail, said explicitly.
+        max_queue_size: spans waiting for the worker, at most.
+        max_queued_bytes: payload bytes waiting for the worker, at most.
+        max_batch_size: spans per batch.
+        flush_interval: seconds between writes.
+
+    Unset arguments come from ``TOOLMETER_*`` variables (:mod:`collector.config`).
+    """
+
+    def __init__(
+        self,
+        db: str | os.PathLike[str] | None = None,
+        *,
+        encoding: str | None = None,
+        store_payloads: bool | None = None,
+        payload_cap_bytes: int | None = None,
+        max_queue_size: int | None = None,
+        max_queued_bytes: int | None = None,
+        max_batch_size: int | None = None,
+        flush_interval: float | None = None,
+    ) -> None:
+        self.config = CollectorConfig.resolve(
+            db=os.fspath(db) if db is not None else None,
+            encoding=encoding,
+            store_payloads=store_payloads,
+            payload_cap_bytes=payload_cap_bytes,
+            max_queue_size=max_queue_size,
+            max_queued_bytes=max_queued_bytes,
+            max_batch_size=max_batch_size,
+            flush_interval=flush_interval,
+        )
+        self._pipeline = Pipeline(self.config)
+        self._pipeline.store.ensure_schema()  # fail here, in the user's set-up code, not later
+        self._init_state()
+        register_processor(self)
+        # A forked child inherits the deque and counters but not the worker thread:
+        # start afresh there. WeakMethod, so the hook does not keep us alive.
+        if hasattr(os, "register_at_fork"):
+            weak_reinit = weakref.WeakMethod(self._at_fork_reinit)
+            os.register_at_fork(after_in_child=lambda: (m := weak_reinit()) and m())
+        weak_shutdown = weakref.WeakMethod(self.shutdown)
+        atexit.register(lambda: (m := weak_shutdown()) and m())
+
+    # --- state -------------------------------------------------------------------------
+
+    def _init_state(self) -> None:
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._idle = threading.Condition(self._lock)
+        self._queue: collections.deque[Item] = collections.deque()
+        self._queued_bytes = 0
+        self._enqueued = 0  # items accepted so far
+        self._done = 0  # items accepted and then written or given up on
+        self._shutdown = False
+        self._dropped_warned = False
+        self._pid = os.getpid()
+        self._worker = threading.Thread(target=self._run, name="toolmeter-worker", daemon=True)
+        self._worker.start()
+
+    def _at_fork_reinit(self) -> None:
+        self._pipeline = Pipeline(self.config)
+        self._init_state()
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """A snapshot of the collector's counters (seen, dropped, written, ...)."""
+        with self._pipeline.lock:
+            snap = dict(vars(self._pipeline.counters))
+        snap["queued"] = len(self._queue)
+        return snap
+
+    # --- the agent's thread ------------------------------------------------------------
+
+    def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
+        return None
+
+    def on_end(self, span: ReadableSpan) -> None:
+        try:
+            kind = classify(span.name, span.attributes)
+            if kind is None or self._shutdown:
+                return
+            raw, view = take_payloads(span)
+            size = _size(raw) + _size(view) + _attribute_payload_size(span.attributes)
+            counters = self._pipeline.counters
+            with self._lock:
+                counters.spans_seen += 1
+                if len(self._queue) >= self.config.max_queue_size or (
+                    self._queue and self._queued_bytes + size > self.config.max_queued_bytes
+                ):
+                    counters.dropped += 1
+                    if not self._dropped_warned:
+                        self._dropped_warned = True
+                        logger.warning(
+                            "toolmeter queue is full (%d spans); dropping tool spans and counting them. "
+                            "Raise max_queue_size / max_queued_bytes if this persists.",
+                            len(self._queue),
+                        )
+                    return
+                # the span itself is immutable once ended; it is read in the worker
+                self._queue.append(Item(kind, span, raw, view))  # type: ignore[arg-type]
+                self._queued_bytes += size
+                self._enqueued += 1
+                full = len(self._queue) >= self.config.max_batch_size
+            if full:
+                self._wake.set()
+        except Exception:  # never into the agent
+            logger.debug("toolmeter on_end failed", exc_info=True)
+
+    # --- the worker ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        # Anything instrumented that we call (none today) must not trace itself.
+        otel_context.attach(otel_context.set_value(_SUPPRESS_KEY, True))
+        interval = self.config.flush_interval
+        while True:
+            self._wake.wait(interval)
+            self._wake.clear()
+            self._drain()
+            if self._shutdown:
+                with self._lock:
+                    if not self._queue:
+                        return
+
+    def _drain(self) -> None:
+        """Write everything queued now, batch by batch."""
+        while True:
+            with self._lock:
+                if not self._queue:
+                    return
+                n = min(len(self._queue), self.config.max_batch_size)
+                items = [self._queue.popleft() for _ in range(n)]
+                self._queued_bytes -= sum(
+                    _size(i.raw) + _size(i.view) + _attribute_payload_size(i.span.attributes) for i in items
+                )
+            self._write_items(items)
+            with self._lock:
+                self._done += len(items)
+                self._idle.notify_all()
+
+    def _write_items(self, items: list[Item]) -> None:
+        converted = []
+        for item in items:
+            span = item.span
+            if isinstance(span, ReadableSpan):
+                span = span_data(span)
+            converted.append(Item(item.kind, span, item.raw, item.view))
+        batch = self._pipeline.build_batch(converted)
+        delay = 0.5
+        while True:
+            try:
+                self._pipeline.write(batch, queued=len(self._queue))
+                return
+            except StoreError as e:
+                # keep the batch and try again: the file may be held by a reader
+                # for longer than the store's own retry, or the disk may be full.
+                if self._shutdown and delay > 8:
+                    logger.error("toolmeter gave up writing %d spans at shutdown: %s", len(items), e)
+                    with self._pipeline.lock:
+                        self._pipeline.counters.failed += len(items)
+                    return
+                logger.warning("toolmeter could not write a batch, retrying in %.1f s: %s", delay, e)
+                time.sleep(delay)
+                delay = min(delay * 2, 30)
+            except Exception:
+                logger.exception("toolmeter failed to write a batch of %d spans", len(items))
+                with self._pipeline.lock:
+                    self._pipeline.counters.failed += len(items)
+                return
+
+    # --- flush and shutdown ----------------------------------------------------------------
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Write everything accepted so far; True when done within the timeout."""
+        if os.getpid() != self._pid:
+            return True
+        deadline = time.monotonic() + timeout_millis / 1000
+        with self._lock:
+            target = self._enqueued
+        self._wake.set()
+        with self._lock:
+            while self._done < target:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._worker.is_alive():
+                    return False
+                self._idle.wait(min(remaining, 0.1))
+        return True
+
+    def shutdown(self) -> None:
+        """Write what is queued, stop the worker; idempotent."""
+        if self._shutdown:
+            return
+        self._shutdown = True
+        self._wake.set()
+        if self._worker.is_alive() and threading.current_thread() is not self._worker:
+            self._worker.join(timeout=60)
+            if self._worker.is_alive():
+                logger.error("toolmeter worker did not stop within 60 s; %d spans not written", len(self._queue))
+
+
+def _size(payload: Any) -> int:
+    return len(payload) if isinstance(payload, (str, bytes)) else 0
+
+
+_PAYLOAD_KEYS = (A.RAW, A.VIEW, A.GEN_AI_TOOL_CALL_RESULT, A.OI_OUTPUT_VALUE, A.TRACELOOP_ENTITY_OUTPUT)
+
+
+def _attribute_payload_size(attrs: Any) -> int:
+    """Characters of payloads carried as attributes: a few O(1) look-ups."""
+    if not attrs:
+        return 0
+    return sum(_size(attrs.get(k)) for k in _PAYLOAD_KEYS)

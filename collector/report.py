@@ -1,0 +1,127 @@
+"""Queries over the store shared by the CLI and the dashboard: named functions, bound values.
+
+Window cost: a tool result stays in the context and is re-read by every later model
+call of its trace, so its cost is ``view_tokens x (LLM calls in the trace that start
+after the tool call ended)``. A trace with no recorded LLM calls adds no window cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import duckdb
+
+RANK_METRICS = {
+    "view": "view_tokens_p99",
+    "raw": "raw_tokens_p99",
+    "bytes": "raw_bytes_p99",
+    "cost": "window_cost_tokens",
+}
+"""``--by`` choices and the column each one sorts by."""
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Filters shared by every query: all optional, all bound as parameters."""
+
+    since: datetime | None = None
+    until: datetime | None = None
+    services: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+    encoding: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def where(self, alias: str = "") -> tuple[str, list[Any]]:
+        """A SQL condition over ``tool_calls`` and its parameters."""
+        p = f"{alias}." if alias else ""
+        clauses = ["TRUE"]
+        params: list[Any] = []
+        if self.since is not None:
+            clauses.append(f"{p}start_time >= ?")
+            params.append(self.since)
+        if self.until is not None:
+            clauses.append(f"{p}start_time < ?")
+            params.append(self.until)
+        if self.services:
+            clauses.append(f"{p}service_name IN (SELECT unnest(?::VARCHAR[]))")
+            params.append(list(self.services))
+        if self.tools:
+            clauses.append(f"{p}tool_name IN (SELECT unnest(?::VARCHAR[]))")
+            params.append(list(self.tools))
+        if self.encoding:
+            clauses.append(f"{p}encoding = ?")
+            params.append(self.encoding)
+        return " AND ".join(clauses), params
+
+
+def _calls_with_later_llm(filters: Filters) -> tuple[str, list[Any]]:
+    where, params = filters.where("t")
+    sql = f"""
+        WITH calls AS (SELECT t.* FROM tool_calls t WHERE {where}),
+        later AS (
+            SELECT c.trace_id, c.span_id, count(l.span_id) AS later_llm_calls
+            FROM calls c LEFT JOIN llm_calls l
+              ON l.trace_id = c.trace_id AND l.start_ns >= c.end_ns
+            GROUP BY c.trace_id, c.span_id
+        )
+        SELECT c.*, later.later_llm_calls,
+               c.view_tokens * later.later_llm_calls AS window_cost_tokens
+        FROM calls c JOIN later USING (trace_id, span_id)
+    """
+    return sql, params
+
+
+def ranking(con: duckdb.DuckDBPyConnection, filters: Filters | None = None, by: str = "view") -> list[dict[str, Any]]:
+    """Per tool: calls, percentiles of view and raw tokens, bytes, rates, window cost.
+
+    Percentiles are exact (``quantile_cont`` over every call).
+    """
+    if by not in RANK_METRICS:
+        raise ValueError(f"by={by!r}: choose one of {', '.join(RANK_METRICS)}")
+    inner, params = _calls_with_later_llm(filters or Filters())
+    sql = f"""
+        SELECT tool_name AS tool,
+               count(*) AS calls,
+               quantile_cont(view_tokens, 0.5) AS view_tokens_p50,
+               quantile_cont(view_tokens, 0.95) AS view_tokens_p95,
+               quantile_cont(view_tokens, 0.99) AS view_tokens_p99,
+               max(view_tokens) AS view_tokens_max,
+               quantile_cont(raw_tokens, 0.5) AS raw_tokens_p50,
+               quantile_cont(raw_tokens, 0.95) AS raw_tokens_p95,
+               quantile_cont(raw_tokens, 0.99) AS raw_tokens_p99,
+               max(raw_tokens) AS raw_tokens_max,
+               quantile_cont(raw_bytes, 0.99) AS raw_bytes_p99,
+               quantile_cont(view_bytes, 0.99) AS view_bytes_p99,
+               sum(raw_bytes) AS raw_bytes_total,
+               avg(CASE WHEN truncated THEN 1.0 ELSE 0.0 END) AS truncated_rate,
+               avg(CASE WHEN over_budget THEN 1.0 WHEN over_budget IS NULL THEN NULL ELSE 0.0 END)
+                   AS over_budget_rate,
+               max(budget_tokens) AS budget_tokens,
+               coalesce(sum(window_cost_tokens), 0) AS window_cost_tokens,
+               count(*) FILTER (WHERE status = 'error') AS errors
+        FROM ({inner})
+        GROUP BY tool_name
+        ORDER BY {RANK_METRICS[by]} DESC NULLS LAST, tool
+    """
+    cur = con.execute(sql, params)
+    cols = [d[0] for d in cur.description]
+    rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    for row in rows:
+        for key, value in row.items():
+            if isinstance(value, float) and key.endswith(("_p50", "_p95", "_p99", "_rate")):
+                row[key] = round(value, 4)
+    return rows
+
+
+def collector_totals(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Sums of every collector's counters (dropped, failed, written...)."""
+    row = con.execute(
+        """SELECT coalesce(sum(spans_seen), 0), coalesce(sum(dropped), 0), coalesce(sum(failed), 0),
+                  coalesce(sum(tool_calls_written), 0), coalesce(sum(duplicates), 0)
+           FROM collector_stats"""
+    ).fetchone()
+    assert row is not None
+    keys = ("spans_seen", "dropped", "failed", "tool_calls_written", "duplicates")
+    return dict(zip(keys, (int(v) for v in row), strict=True))

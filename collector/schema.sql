@@ -1,0 +1,106 @@
+-- toolmeter's store: the contract between the collector (writer) and the dashboard and
+-- CLI (readers). Created on first use; every statement is idempotent.
+-- Times: *_ns are Unix nanoseconds as in OTLP; *_time the same instant as a UTC TIMESTAMP.
+
+-- One row per tool call.
+CREATE TABLE IF NOT EXISTS tool_calls (
+    trace_id            VARCHAR NOT NULL,   -- 32 hex characters
+    span_id             VARCHAR NOT NULL,   -- 16 hex characters
+    parent_span_id      VARCHAR,
+    tool_call_id        VARCHAR,            -- the id the model gave the call
+    tool_name           VARCHAR NOT NULL,
+    service_name        VARCHAR,
+    agent_name          VARCHAR,
+    dialect             VARCHAR,            -- gen_ai | openinference | traceloop | toolmeter
+    source              VARCHAR,            -- 'process', or the file it was ingested from
+    start_ns            BIGINT,
+    end_ns              BIGINT,
+    start_time          TIMESTAMP,
+    duration_ms         DOUBLE,
+    status              VARCHAR,            -- ok | error | unset
+    error               VARCHAR,
+    encoding            VARCHAR,            -- tiktoken encoding of the token counts
+    raw_bytes           BIGINT,             -- UTF-8 bytes the tool produced
+    raw_tokens          BIGINT,
+    raw_tokens_exact    BOOLEAN,
+    view_bytes          BIGINT,             -- UTF-8 bytes the model was shown
+    view_tokens         BIGINT,
+    view_tokens_exact   BOOLEAN,
+    view_source         VARCHAR,            -- view | declared | retained | raw (no view: the model saw the raw)
+    budget_tokens       BIGINT,
+    over_budget         BOOLEAN,            -- raw_tokens > budget_tokens
+    view_over_budget    BOOLEAN,            -- view_tokens > budget_tokens: the budget did not hold
+    truncated           BOOLEAN,
+    truncation_source   VARCHAR,            -- declared | inferred
+    truncation_kind     VARCHAR,            -- head | tail | head_tail | middle | ranges | rewritten | unknown
+    retained_ranges     BIGINT[][],         -- [[start, end), ...] byte ranges of the raw
+    retained_source     VARCHAR,            -- declared | inferred
+    retained_bytes      BIGINT,
+    omitted_bytes       BIGINT,
+    shape               VARCHAR,            -- list | record | document | diagnostic
+    shape_source        VARCHAR,
+    schema_fingerprint  VARCHAR,            -- sha256 prefix of the JSON key paths and types
+    schema_fields       VARCHAR[],          -- 'path:type' entries the fingerprint was computed from
+    arguments           VARCHAR,
+    warnings            VARCHAR[],
+    PRIMARY KEY (trace_id, span_id)
+);
+
+-- One row per model call, kept lightly for window cost and replay.
+CREATE TABLE IF NOT EXISTS llm_calls (
+    trace_id        VARCHAR NOT NULL,
+    span_id         VARCHAR NOT NULL,
+    parent_span_id  VARCHAR,
+    service_name    VARCHAR,
+    dialect         VARCHAR,
+    source          VARCHAR,
+    start_ns        BIGINT,
+    end_ns          BIGINT,
+    start_time      TIMESTAMP,
+    model           VARCHAR,
+    input_tokens    BIGINT,
+    output_tokens   BIGINT,
+    PRIMARY KEY (trace_id, span_id)
+);
+
+-- Payloads for replay. Up to the cap a payload is stored whole (tail IS NULL); beyond it,
+-- head and tail are kept with the total size and the sha256 of the whole, and cut = true.
+CREATE TABLE IF NOT EXISTS payloads (
+    trace_id     VARCHAR NOT NULL,
+    span_id      VARCHAR NOT NULL,
+    kind         VARCHAR NOT NULL,   -- raw | view
+    total_bytes  BIGINT,
+    sha256       VARCHAR,
+    cut          BOOLEAN,
+    head         BLOB,               -- bytes [0, len(head))
+    tail         BLOB,               -- bytes [total_bytes - len(tail), total_bytes)
+    PRIMARY KEY (trace_id, span_id, kind)
+);
+
+-- The collector's own counters: one row per collector, updated at every flush.
+CREATE TABLE IF NOT EXISTS collector_stats (
+    collector_id        VARCHAR PRIMARY KEY,
+    host                VARCHAR,
+    pid                 BIGINT,
+    started_at          TIMESTAMP,
+    updated_at          TIMESTAMP,
+    spans_seen          BIGINT,   -- tool and LLM spans offered to the queue
+    queued              BIGINT,   -- waiting at the last flush
+    tool_calls_written  BIGINT,
+    llm_calls_written   BIGINT,
+    dropped             BIGINT,   -- refused because the queue was full
+    failed              BIGINT,   -- could not be read or measured (see ingest_issues)
+    duplicates          BIGINT    -- already in the store (same trace and span id)
+);
+
+-- Problems met while reading spans: which source, which span, which field, what to do.
+CREATE TABLE IF NOT EXISTS ingest_issues (
+    logged_at     TIMESTAMP,
+    collector_id  VARCHAR,
+    level         VARCHAR,   -- warning | error
+    source        VARCHAR,
+    trace_id      VARCHAR,
+    span_id       VARCHAR,
+    field         VARCHAR,
+    message       VARCHAR
+);

@@ -1,0 +1,275 @@
+"""The DuckDB store: who owns the file, and how batches get in whole.
+
+DuckDB lets one process hold a database file for writing, and while it does, no other
+process can open it, not even read-only. toolmeter therefore never keeps the file open:
+
+* the writer opens the file, inserts one batch in one transaction, and closes it again,
+  about once a second (:meth:`Store.write`);
+* readers (the dashboard, ``toolmeter top``) open it read-only per query and retry
+  while a writer holds it (:func:`read_connection`).
+
+A reader cannot see half a batch (the batch is one transaction, and nobody can open the
+file while it runs), and the writer never loses one: when a reader holds the file, the
+writer waits and retries with the batch still in memory. Several collector processes may
+share one file the same way, taking turns.
+
+Rows are inserted in bulk from Arrow tables; a span already stored (same trace and span
+id) is skipped and counted as a duplicate, so ingesting a file twice is harmless.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.resources
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from collector.errors import StoreError
+
+LOCK_RETRY_SECONDS = 30.0
+"""How long a writer or reader waits for another process to release the file."""
+
+_TOOL_SCHEMA = pa.schema(
+    [
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("parent_span_id", pa.string()),
+        ("tool_call_id", pa.string()),
+        ("tool_name", pa.string()),
+        ("service_name", pa.string()),
+        ("agent_name", pa.string()),
+        ("dialect", pa.string()),
+        ("source", pa.string()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("duration_ms", pa.float64()),
+        ("status", pa.string()),
+        ("error", pa.string()),
+        ("encoding", pa.string()),
+        ("raw_bytes", pa.int64()),
+        ("raw_tokens", pa.int64()),
+        ("raw_tokens_exact", pa.bool_()),
+        ("view_bytes", pa.int64()),
+        ("view_tokens", pa.int64()),
+        ("view_tokens_exact", pa.bool_()),
+        ("view_source", pa.string()),
+        ("budget_tokens", pa.int64()),
+        ("over_budget", pa.bool_()),
+        ("view_over_budget", pa.bool_()),
+        ("truncated", pa.bool_()),
+        ("truncation_source", pa.string()),
+        ("truncation_kind", pa.string()),
+        ("retained_ranges", pa.list_(pa.list_(pa.int64()))),
+        ("retained_source", pa.string()),
+        ("retained_bytes", pa.int64()),
+        ("omitted_bytes", pa.int64()),
+        ("shape", pa.string()),
+        ("shape_source", pa.string()),
+        ("schema_fingerprint", pa.string()),
+        ("schema_fields", pa.list_(pa.string())),
+        ("arguments", pa.string()),
+        ("warnings", pa.list_(pa.string())),
+    ]
+)
+_LLM_SCHEMA = pa.schema(
+    [
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("parent_span_id", pa.string()),
+        ("service_name", pa.string()),
+        ("dialect", pa.string()),
+        ("source", pa.string()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("model", pa.string()),
+        ("input_tokens", pa.int64()),
+        ("output_tokens", pa.int64()),
+    ]
+)
+_PAYLOAD_SCHEMA = pa.schema(
+    [
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("kind", pa.string()),
+        ("total_bytes", pa.int64()),
+        ("sha256", pa.string()),
+        ("cut", pa.bool_()),
+        ("head", pa.binary()),
+        ("tail", pa.binary()),
+    ]
+)
+_ISSUE_SCHEMA = pa.schema(
+    [
+        ("collector_id", pa.string()),
+        ("level", pa.string()),
+        ("source", pa.string()),
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("field", pa.string()),
+        ("message", pa.string()),
+    ]
+)
+
+
+@dataclass
+class Batch:
+    """Everything one flush writes, in one transaction."""
+
+    tool_rows: list[dict[str, Any]] = field(default_factory=list)
+    llm_rows: list[dict[str, Any]] = field(default_factory=list)
+    payload_rows: list[dict[str, Any]] = field(default_factory=list)
+    issue_rows: list[dict[str, Any]] = field(default_factory=list)
+    stats: dict[str, Any] | None = None
+
+    def __len__(self) -> int:
+        return len(self.tool_rows) + len(self.llm_rows) + len(self.issue_rows)
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    tool_calls: int
+    llm_calls: int
+    duplicates: int
+
+
+def schema_sql() -> str:
+    """The DDL of the store (``collector/schema.sql``)."""
+    return importlib.resources.files("collector").joinpath("schema.sql").read_text(encoding="utf-8")
+
+
+def _is_lock_error(e: Exception) -> bool:
+    text = str(e)
+    return "Could not set lock" in text or "Conflicting lock" in text
+
+
+def _connect(path: str, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
+    deadline = time.monotonic() + wait_s
+    delay = 0.01
+    while True:
+        try:
+            return duckdb.connect(path, read_only=read_only)
+        except duckdb.Error as e:
+            if not _is_lock_error(e):
+                raise StoreError(f"cannot open the toolmeter store {path}: {e}") from e
+            if time.monotonic() >= deadline:
+                raise StoreError(
+                    f"the toolmeter store {path} stayed locked by another process for {wait_s:.0f} s. "
+                    "Only one process may hold a DuckDB file at a time: stop the process that keeps it open "
+                    "(a DuckDB shell or notebook), or give this one another --db."
+                ) from e
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+
+@contextlib.contextmanager
+def read_connection(
+    path: str | os.PathLike[str], wait_s: float = LOCK_RETRY_SECONDS
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Open the store read-only for one query (or a few), waiting out a writer's flush.
+
+    Raises:
+        StoreError: the file does not exist, or stayed locked for ``wait_s`` seconds.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise StoreError(
+            f"no toolmeter store at {path}. Record some tool calls first: `toolmeter demo` loads the sample "
+            "traces, `toolmeter ingest FILE --db PATH` loads yours, or add ToolResultProcessor to your agent."
+        )
+    con = _connect(path, read_only=True, wait_s=wait_s)
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+class Store:
+    """Writes batches into one DuckDB file, opening it only for the length of a batch."""
+
+    def __init__(self, path: str | os.PathLike[str], lock_wait_s: float = LOCK_RETRY_SECONDS) -> None:
+        self.path = os.fspath(path)
+        self.lock_wait_s = lock_wait_s
+        self._schema_ready = False
+        parent = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(parent):
+            raise StoreError(f"cannot create the store {self.path}: folder {parent} does not exist")
+
+    def ensure_schema(self) -> None:
+        """Create the tables if they are missing."""
+        con = _connect(self.path, read_only=False, wait_s=self.lock_wait_s)
+        try:
+            con.execute(schema_sql())
+        finally:
+            con.close()
+        self._schema_ready = True
+
+    def write(self, batch: Batch) -> WriteResult:
+        """Insert ``batch`` in one transaction.
+
+        Raises:
+            StoreError: the file could not be opened or written; nothing of the batch is stored.
+        """
+        con = _connect(self.path, read_only=False, wait_s=self.lock_wait_s)
+        try:
+            if not self._schema_ready:
+                con.execute(schema_sql())
+                self._schema_ready = True
+            con.execute("BEGIN TRANSACTION")
+            try:
+                result = self._insert(con, batch)
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            return result
+        except duckdb.Error as e:
+            raise StoreError(f"cannot write to the toolmeter store {self.path}: {e}") from e
+        finally:
+            con.close()
+
+    def _insert(self, con: duckdb.DuckDBPyConnection, batch: Batch) -> WriteResult:
+        tools = llms = 0
+        if batch.tool_rows:
+            con.register("tool_batch", pa.Table.from_pylist(batch.tool_rows, schema=_TOOL_SCHEMA))
+            row = con.execute(
+                "INSERT OR IGNORE INTO tool_calls BY NAME "
+                "SELECT *, make_timestamp(start_ns // 1000) AS start_time FROM tool_batch"
+            ).fetchone()
+            tools = int(row[0]) if row else 0
+            con.unregister("tool_batch")
+        if batch.llm_rows:
+            con.register("llm_batch", pa.Table.from_pylist(batch.llm_rows, schema=_LLM_SCHEMA))
+            row = con.execute(
+                "INSERT OR IGNORE INTO llm_calls BY NAME "
+                "SELECT *, make_timestamp(start_ns // 1000) AS start_time FROM llm_batch"
+            ).fetchone()
+            llms = int(row[0]) if row else 0
+            con.unregister("llm_batch")
+        if batch.payload_rows:
+            con.register("payload_batch", pa.Table.from_pylist(batch.payload_rows, schema=_PAYLOAD_SCHEMA))
+            con.execute("INSERT OR IGNORE INTO payloads BY NAME SELECT * FROM payload_batch")
+            con.unregister("payload_batch")
+        if batch.issue_rows:
+            con.register("issue_batch", pa.Table.from_pylist(batch.issue_rows, schema=_ISSUE_SCHEMA))
+            con.execute("INSERT INTO ingest_issues BY NAME SELECT now()::TIMESTAMP AS logged_at, * FROM issue_batch")
+            con.unregister("issue_batch")
+        duplicates = len(batch.tool_rows) - tools + len(batch.llm_rows) - llms
+        if batch.stats is not None:
+            # cumulative counters as of before this batch, plus what this batch did
+            stats = dict(batch.stats)
+            stats["tool_calls_written"] = stats.get("tool_calls_written", 0) + tools
+            stats["llm_calls_written"] = stats.get("llm_calls_written", 0) + llms
+            stats["duplicates"] = stats.get("duplicates", 0) + duplicates
+            cols = ", ".join(stats)
+            marks = ", ".join("?" for _ in stats)
+            con.execute(
+                f"INSERT OR REPLACE INTO collector_stats ({cols}, updated_at) VALUES ({marks}, now()::TIMESTAMP)",
+                list(stats.values()),
+            )
+        return WriteResult(tools, llms, duplicates)

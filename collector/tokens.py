@@ -1,0 +1,169 @@
+"""Exact token counts with tiktoken, loaded from files on disk, never from the network.
+
+tiktoken fetches its encodings from the internet at first use; production hosts often
+cannot. The ``bpe-openai`` wheel ships ``o200k_base`` and ``cl100k_base`` byte-identical
+to tiktoken's files. We place them in a tiktoken cache directory under the name
+tiktoken looks for (the sha1 of the download URL), and tiktoken verifies their sha256
+itself before it uses them, so a corrupted file is refused, not trusted.
+
+Counting uses ``encode_ordinary``: tool output may contain ``<|endoftext|>`` and must be
+counted as text, not rejected as a special token.
+
+BPE cost grows faster than linearly in the length of one pre-token (1 MB of ``x`` is a
+single piece), so a 100 MB single-line result would stall a worker for minutes. Text is
+counted in chunks cut only at points where tiktoken's pre-tokenizer would cut anyway
+(before a space that starts a word, or after a newline followed by a non-space), which
+keeps the count exact. When no such point exists within :data:`MAX_PIECE_CHARS`, the run
+is cut there and the count is flagged as not exact.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib.util
+import os
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import tiktoken
+
+from collector.errors import ConfigError
+
+ENCODINGS: Final = ("o200k_base", "cl100k_base")
+DEFAULT_ENCODING: Final = "o200k_base"
+
+CACHE_DIR_ENV: Final = "TOOLMETER_TIKTOKEN_DIR"
+"""Where toolmeter places the encoding files for tiktoken. Default: a ``toolmeter-tiktoken``
+folder in the system temp directory. Ignored when ``TIKTOKEN_CACHE_DIR`` is set: the files
+are then written into that directory, which tiktoken already reads."""
+
+CHUNK_CHARS: Final = 256 * 1024
+"""Target size of one counting chunk."""
+
+MAX_PIECE_CHARS: Final = 64 * 1024
+"""Longest run with no safe cut point that is counted in one piece."""
+
+_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
+_lock = threading.Lock()
+_encodings: dict[str, tiktoken.Encoding] = {}
+
+
+@dataclass(frozen=True)
+class TokenCount:
+    """Tokens in a text, and whether the figure is exact."""
+
+    tokens: int
+    exact: bool
+
+
+def _cache_dir() -> str:
+    explicit = os.environ.get("TIKTOKEN_CACHE_DIR")
+    if explicit:
+        return explicit
+    folder = os.environ.get(CACHE_DIR_ENV) or os.path.join(tempfile.gettempdir(), "toolmeter-tiktoken")
+    # tiktoken reads TIKTOKEN_CACHE_DIR; set it only when the user has not.
+    os.environ["TIKTOKEN_CACHE_DIR"] = folder
+    return folder
+
+
+def _shipped_file(name: str) -> Path:
+    """The gzipped encoding file inside the bpe-openai wheel.
+
+    Found without importing ``bpe_openai``: its ``__init__`` parses every encoding it
+    ships (seconds of work, and deprecation warnings) and we only want the files.
+    """
+    spec = importlib.util.find_spec("bpe_openai")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError("the bpe-openai package is not installed; `pip install bpe-openai` (it ships the encodings)")
+    return Path(next(iter(spec.submodule_search_locations))) / "data" / f"{name}.tiktoken.gz"
+
+
+def _place_encoding_file(name: str, folder: str) -> None:
+    target = os.path.join(folder, hashlib.sha1(_URL.format(name=name).encode()).hexdigest())
+    if os.path.exists(target):
+        return  # tiktoken checks its hash and would refuse a bad file
+    try:
+        data = gzip.decompress(_shipped_file(name).read_bytes())
+    except FileNotFoundError as e:
+        raise ConfigError(
+            f"encoding file {name}.tiktoken.gz is missing from the bpe-openai package; "
+            "reinstall it with `pip install --force-reinstall bpe-openai`"
+        ) from e
+    os.makedirs(folder, exist_ok=True)
+    tmp = f"{target}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, target)
+
+
+def get_encoding(name: str = DEFAULT_ENCODING) -> tiktoken.Encoding:
+    """Return the tiktoken encoding ``name``, loaded from disk.
+
+    Raises:
+        ConfigError: ``name`` is not one of :data:`ENCODINGS`.
+    """
+    if name not in ENCODINGS:
+        raise ConfigError(f"encoding={name!r} is not supported; use one of {', '.join(ENCODINGS)}")
+    with _lock:
+        enc = _encodings.get(name)
+        if enc is None:
+            _place_encoding_file(name, _cache_dir())
+            enc = tiktoken.get_encoding(name)
+            _encodings[name] = enc
+        return enc
+
+
+def _safe_cut(text: str, start: int, end: int) -> int:
+    """Last index in [start, end) where tiktoken's pre-tokenizer cuts anyway, or -1.
+
+    Two kinds of point qualify: just after a newline, and just before a single space,
+    in both cases when the next character is a letter or digit. No o200k/cl100k
+    pre-token spans either point, so counting the two sides apart gives the same total.
+    """
+    for sep, offset in (("\n", 1), (" ", 0)):
+        i = text.rfind(sep, start, end)
+        while i >= start:
+            cut = i + offset
+            nxt = i + 1
+            if nxt < len(text) and text[nxt].isalnum() and (offset or (i > 0 and not text[i - 1].isspace())):
+                return cut
+            i = text.rfind(sep, start, i)
+    return -1
+
+
+class TokenCounter:
+    """Counts tokens of one encoding; safe to share between threads (tiktoken
+    releases the GIL while it encodes, so two worker threads use two cores)."""
+
+    def __init__(self, encoding: str = DEFAULT_ENCODING) -> None:
+        self.encoding_name = encoding
+        self._enc = get_encoding(encoding)
+
+    def count(self, text: str) -> TokenCount:
+        """Count ``text``: exact unless a run longer than :data:`MAX_PIECE_CHARS` had no cut point."""
+        encode = self._enc.encode_ordinary
+        n = len(text)
+        if n <= CHUNK_CHARS:
+            return TokenCount(len(encode(text)), True)
+        total = 0
+        exact = True
+        start = 0
+        while start < n:
+            end = min(start + CHUNK_CHARS, n)
+            if end < n:
+                cut = _safe_cut(text, start + CHUNK_CHARS // 2, end)
+                if cut <= start:
+                    cut = _safe_cut(text, start + 1, end)
+                if cut <= start:
+                    # a run with no cut point: BPE on it is super-linear, so cut it
+                    # anyway and say the count is no longer exact
+                    cut = min(start + MAX_PIECE_CHARS, n)
+                    exact = False
+                end = cut
+            total += len(encode(text[start:end]))
+            start = end
+        return TokenCount(total, exact)

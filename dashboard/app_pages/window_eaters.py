@@ -1,0 +1,64 @@
+"""Window eaters: which tool puts the most into the context window."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from collector.report import Filters
+from dashboard import charts, queries
+from dashboard.connection import run_query
+from dashboard.format import human_bytes, human_tokens, percent
+from dashboard.state import CACHE_TTL_S
+
+DB: str = st.session_state["db"]
+filters: Filters = st.session_state["filters"]
+
+BY_LABELS = {"view": "p99 view tokens", "raw": "p99 raw tokens", "bytes": "p99 bytes", "cost": "window cost"}
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
+def _load(path: str, f: Filters, by: str) -> tuple[pd.DataFrame, dict[str, float]]:
+    return run_query(path, lambda con: (queries.tool_ranking(con, f, by), queries.kpis(con, f)))
+
+
+st.title("Window eaters")
+st.caption("Which tool puts the most into the model's context window. Percentiles over every call, not a sample.")
+by = st.radio("rank by", list(BY_LABELS), format_func=BY_LABELS.__getitem__, horizontal=True, key="rank_by")
+table, kpi = _load(DB, filters, by)
+
+c1, c2, c3, c4 = st.columns(4)
+c1.metric("tool calls", f"{kpi['calls']:,}")
+c2.metric("window cost", f"{human_tokens(kpi['window_cost_tokens'])} tokens")
+c3.metric("top tool's share of window cost", percent(kpi["top_tool_share"]))
+c4.metric("truncated results", f"{kpi['truncated']:,}")
+if kpi["dropped"] or kpi["failed"]:
+    st.warning(
+        f"Collectors dropped {kpi['dropped']:,} span(s) (queue full) and failed on {kpi['failed']:,}: "
+        "these calls are missing from the figures below."
+    )
+
+if table.empty:
+    st.info("No tool calls match the filters.")
+    st.stop()
+
+st.plotly_chart(charts.ranking_bar(table, by), width="stretch")
+
+shown = pd.DataFrame(
+    {
+        "tool": table["tool"],
+        "calls": table["calls"],
+        "view p50": table["view_tokens_p50"].map(human_tokens),
+        "view p95": table["view_tokens_p95"].map(human_tokens),
+        "view p99": table["view_tokens_p99"].map(human_tokens),
+        "view max": table["view_tokens_max"].map(human_tokens),
+        "raw p99": table["raw_tokens_p99"].map(human_tokens),
+        "raw max": table["raw_tokens_max"].map(human_tokens),
+        "bytes p99": table["raw_bytes_p99"].map(human_bytes),
+        "budget": table["budget_tokens"].map(human_tokens),
+        "truncated": table["truncated_rate"].map(percent),
+        "over budget": table["over_budget_rate"].map(percent),
+        "window cost": table["window_cost_tokens"].map(human_tokens),
+    }
+)
+st.dataframe(shown, hide_index=True, width="stretch")

@@ -1,0 +1,67 @@
+"""toolmeter dashboard: entry point (page config, shared sidebar filters, navigation).
+
+Run with ``toolmeter dashboard --db PATH`` (binds 127.0.0.1) or
+``streamlit run dashboard/streamlit_app.py -- --db PATH``.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime, time, timedelta
+
+import streamlit as st
+
+from collector.errors import StoreError
+from collector.report import Filters
+from dashboard import queries
+from dashboard.connection import db_path, run_query
+from dashboard.state import CACHE_TTL_S
+
+st.set_page_config(page_title="toolmeter", page_icon="📏", layout="wide")
+
+DB = db_path(sys.argv[1:])
+st.session_state["db"] = DB
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
+def _options(path: str) -> tuple[dict[str, list[str]], tuple[object, object]]:
+    return run_query(path, lambda con: (queries.filter_options(con), queries.time_bounds(con)))
+
+
+def _sidebar() -> Filters | None:
+    st.sidebar.caption(f"store: `{DB}`")
+    try:
+        options, (first, last) = _options(DB)
+    except StoreError as e:
+        st.error(str(e))
+        st.info("Run `toolmeter demo` to load the sample traces, or `toolmeter ingest FILE --db PATH`.")
+        return None
+    if first is None:
+        st.info(
+            "No tool calls recorded yet. Add `ToolResultProcessor(db=...)` to your agent's TracerProvider, "
+            "or load trace files with `toolmeter ingest FILE --db " + DB + "`."
+        )
+        return None
+    d0, d1 = first.date(), last.date()  # type: ignore[attr-defined]
+    picked = st.sidebar.date_input("time range (UTC)", value=(d0, d1), min_value=d0, max_value=d1, key="f_dates")
+    services = st.sidebar.multiselect("service / agent", options["services"], key="f_services")
+    tools = st.sidebar.multiselect("tool", options["tools"], key="f_tools")
+    encoding = st.sidebar.selectbox("model encoding", [None, *options["encodings"]], key="f_encoding",
+                                    format_func=lambda e: "all" if e is None else e)  # fmt: skip
+    since = until = None
+    if isinstance(picked, tuple) and len(picked) == 2:
+        since = datetime.combine(picked[0], time.min)
+        until = datetime.combine(picked[1], time.min) + timedelta(days=1)
+    return Filters(since=since, until=until, services=tuple(services), tools=tuple(tools), encoding=encoding)
+
+
+filters = _sidebar()
+st.session_state["filters"] = filters
+
+pages = [
+    st.Page("app_pages/window_eaters.py", title="Window eaters", icon="🍽️", default=True),
+]
+nav = st.navigation(pages)
+if filters is None:
+    st.stop()
+nav.run()

@@ -1,0 +1,193 @@
+import json
+
+import pytest
+
+from collector.measure import (
+    clean_declared_ranges,
+    infer_retained,
+    infer_shape,
+    measure,
+    parse_json,
+    parse_ranges,
+    schema_of,
+)
+from collector.model import ToolCall
+from tests.conftest import realworld
+
+
+def call(**kw) -> ToolCall:  # type: ignore[no-untyped-def]
+    base = dict(trace_id="a" * 32, span_id="b" * 16, tool_name="t", dialect="gen_ai", start_ns=1, end_ns=2)
+    base.update(kw)
+    return ToolCall(**base)  # type: ignore[arg-type]
+
+
+# --- retained ranges on real payloads ------------------------------------------------
+
+
+def test_real_raw_html_and_extracted_markdown_pair_is_inferred_truncated(counter) -> None:  # type: ignore[no-untyped-def]
+    raw = realworld("holmesgpt__internet-toolset-fixture4__github_page_input.html")
+    view = realworld("holmesgpt__internet-toolset-fixture4__github_page_output.md")
+    row, _ = measure(call(raw=raw, view=view), counter)
+    assert row["truncated"] is True and row["truncation_source"] == "inferred"
+    assert row["raw_bytes"] == len(raw) and row["view_bytes"] == len(view)
+    assert row["view_tokens"] < row["raw_tokens"] / 10
+    assert row["retained_source"] == "inferred"
+    assert row["retained_ranges"], "pieces of the page text are found in the HTML"
+    for start, end in row["retained_ranges"]:
+        assert raw[start:end] in view  # every retained range really is in the view
+    assert row["omitted_bytes"] is not None and row["omitted_bytes"] > 0.9 * len(raw)
+    assert row["shape"] == "document"
+
+
+def test_head_and_tail_cut_of_a_real_log_is_found_exactly(counter) -> None:  # type: ignore[no-untyped-def]
+    raw = realworld("holmesgpt__fetch_pod_logs__52_logs_login_issues.txt")
+    head_end = raw.index(b"\n", 20_000) + 1
+    tail_start = raw.index(b"\n", len(raw) - 15_000) + 1
+    view = raw[:head_end] + b"... [1,160,000 bytes omitted] ...\n" + raw[tail_start:]
+    row, _ = measure(call(raw=raw, view=view), counter)
+    assert row["retained_ranges"] == [[0, head_end], [tail_start, len(raw)]]
+    assert row["truncation_kind"] == "head_tail"
+    assert row["omitted_bytes"] == tail_start - head_end
+    assert row["shape"] == "diagnostic"
+
+
+def test_view_equal_to_raw_is_not_truncated(counter) -> None:  # type: ignore[no-untyped-def]
+    raw = realworld("kubectl-neat__fixtures__list1-raw__kubectl_get_pods_o_json.json")
+    row, _ = measure(call(raw=raw, view=raw), counter)
+    assert row["truncated"] is False
+    assert row["retained_ranges"] == [[0, len(raw)]]
+
+
+def test_no_view_means_the_model_saw_the_raw(counter) -> None:  # type: ignore[no-untyped-def]
+    row, _ = measure(call(raw="hello world"), counter)
+    assert row["view_source"] == "raw"
+    assert row["view_tokens"] == row["raw_tokens"] == 2
+    assert row["truncated"] is None
+
+
+def test_reordered_pieces_are_found() -> None:
+    raw = b"".join(f"line {i:04d} of the result with some text\n".encode() for i in range(100))
+    view = raw[3000:3200] + b"\n[...]\n" + raw[0:300]
+    ret = infer_retained(raw, view)
+    assert list(ret.ranges) == [(0, 300), (3000, 3200)]
+
+
+def test_repetitive_text_prefers_the_occurrence_that_matches_longest() -> None:
+    raw = b"".join(f"INFO request served path=/api/v1/items status=200 id={i:05d}\n".encode() for i in range(500))
+    start = raw.index(b"INFO", 20_000)
+    view = raw[start : start + 600]
+    assert list(infer_retained(raw, view).ranges) == [(start, start + 600)]
+
+
+# --- declared values ------------------------------------------------------------------------
+
+
+def test_declared_ranges_are_validated() -> None:
+    ranges, warnings = clean_declared_ranges(((0, 10), (5, 20), (30, 25), (90, 200)), raw_len=100)
+    assert ranges == [(0, 20), (90, 100)]
+    assert any("reversed" in w for w in warnings)
+    assert any("clipped" in w for w in warnings)
+    assert any("overlap" in w for w in warnings)
+
+
+def test_parse_ranges() -> None:
+    assert parse_ranges("0-10, 20-30") == ((0, 10), (20, 30))
+    assert parse_ranges("[[1, 2]]") == ((1, 2),)
+    with pytest.raises(ValueError, match="'a-b' is not a byte range"):
+        parse_ranges("0-1,a-b")
+
+
+def test_declared_truncation_with_ranges_but_no_view_counts_the_retained_bytes(counter) -> None:  # type: ignore[no-untyped-def]
+    raw = "word " * 1000
+    row, _ = measure(call(raw=raw, truncated=True, retained=((0, 500),), budget_tokens=200), counter)
+    assert row["view_source"] == "retained"
+    assert row["view_bytes"] == 500
+    assert row["truncated"] is True and row["truncation_source"] == "declared"
+    assert row["over_budget"] is True and row["view_over_budget"] is False
+    assert row["omitted_bytes"] == len(raw) - 500
+
+
+def test_declared_raw_size_larger_than_the_payload_is_said(counter) -> None:  # type: ignore[no-untyped-def]
+    row, _ = measure(call(raw="x " * 64, raw_bytes_declared=1_000_000), counter)
+    assert row["raw_bytes"] == 1_000_000
+    assert row["raw_tokens_exact"] is False
+    assert any("cut before toolmeter saw it" in w for w in row["warnings"])
+
+
+# --- shape and schema -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "shape"),
+    [
+        ("holmesgpt__fetch_pod_logs__52_logs_login_issues.txt", "diagnostic"),
+        ("holmesgpt__kubectl_get_by_kind_in_cluster__pods_all_namespaces.txt", "list"),
+        ("holmesgpt__fetch_webpage__42_k8s_dns_debugging.txt", "document"),
+        ("holmesgpt__internet-toolset-fixture4__github_page_input.html", "document"),
+        ("kubectl-neat__fixtures__list1-raw__kubectl_get_pods_o_json.json", "list"),
+        ("holmesgpt__list_prometheus_rules__158.txt", "record"),
+        ("awslabs-mcp__aws-documentation-mcp-server__lambda_sns_raw.html", "document"),
+    ],
+)
+def test_shapes_of_real_payloads(name: str, shape: str) -> None:
+    text = realworld(name).decode()
+    parsed, _ = parse_json(text)
+    assert infer_shape(text, parsed) == shape
+
+
+def test_fingerprint_is_stable_under_values_and_key_order() -> None:
+    a = [{"id": 1, "status": "paid", "amount": 3.5, "note": None}]
+    b = [{"amount": 99.0, "note": "late", "status": "refunded", "id": 7}, {"id": 8, "status": "x", "amount": 1.0}]
+    assert schema_of(a)[0] == schema_of(b)[0]
+
+
+def test_fingerprint_changes_when_a_scalar_becomes_an_object() -> None:
+    assert schema_of([{"user": "octocat"}])[0] != schema_of([{"user": {"login": "octocat"}}])[0]
+
+
+def test_fingerprint_changes_when_a_field_is_added() -> None:
+    before = [{"id": 1, "status": "paid"}]
+    after = [{"id": 1, "status": "paid", "raw_payload": "x" * 400}]
+    fp1, fields1, _ = schema_of(before)
+    fp2, fields2, _ = schema_of(after)
+    assert fp1 != fp2
+    assert sorted(set(fields2) - set(fields1)) == ["$[].raw_payload:string"]
+
+
+def test_fingerprint_of_a_real_github_issues_payload_lists_nested_paths() -> None:
+    parsed = json.loads(realworld("octokit-fixtures__api.github.com__paginate-issues__normalized-fixture.json"))
+    _, fields, complete = schema_of(parsed)
+    assert complete
+    assert any(f.startswith("$[].") for f in fields)
+
+
+# --- bad input ----------------------------------------------------------------------------------
+
+
+def test_non_utf8_bytes_are_measured_and_said(counter) -> None:  # type: ignore[no-untyped-def]
+    row, _ = measure(call(raw=b"ok \xff\xfe broken"), counter)
+    assert row["raw_bytes"] == 12
+    assert any("not valid UTF-8" in w and "offset 3" in w for w in row["warnings"])
+
+
+def test_binary_payload_is_flagged(counter) -> None:  # type: ignore[no-untyped-def]
+    row, _ = measure(call(raw=bytes(range(256)) * 4), counter)
+    assert any("binary" in w for w in row["warnings"])
+
+
+def test_json_nested_10000_deep_is_measured_without_a_fingerprint(counter) -> None:  # type: ignore[no-untyped-def]
+    raw = "[" * 10_000 + "]" * 10_000
+    row, _ = measure(call(raw=raw), counter)
+    assert row["raw_bytes"] == 20_000
+    assert row["raw_tokens"] == len(counter._enc.encode_ordinary(raw))
+    assert row["schema_fingerprint"] is None
+    assert any("nested deeper" in w for w in row["warnings"])
+
+
+@pytest.mark.slow
+def test_a_100_mb_single_line_result_is_measured(counter) -> None:  # type: ignore[no-untyped-def]
+    raw = ("error code=E1042 retry " * 4_400_000)[:100_000_000]  # one line, 100 MB
+    row, _ = measure(call(raw=raw), counter)
+    assert row["raw_bytes"] == 100_000_000
+    assert row["raw_tokens_exact"] is True
+    assert row["raw_tokens"] > 10_000_000

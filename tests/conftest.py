@@ -1,0 +1,68 @@
+"""Shared fixtures: a clean environment, a store path, a local tracer provider, real payloads."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE_TRACES = ROOT / "sample_traces"
+REALWORLD = Path(os.environ.get("TOOLMETER_REALWORLD", ROOT.parent / "shared" / "realworld" / "payloads"))
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if (name.startswith("TOOLMETER_") and name != "TOOLMETER_REALWORLD") or name.startswith("OTEL_"):
+            monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> str:
+    return str(tmp_path / "toolmeter.duckdb")
+
+
+@pytest.fixture(scope="session")
+def counter():  # type: ignore[no-untyped-def]
+    from collector.tokens import TokenCounter
+
+    return TokenCounter("o200k_base")
+
+
+def realworld(name: str) -> bytes:
+    """A real payload from ../shared/realworld (HolmesGPT files lose their 2-line header)."""
+    path = REALWORLD / name
+    if not path.exists():
+        pytest.skip(f"real payloads not found at {REALWORLD} (set TOOLMETER_REALWORLD)")
+    data = path.read_bytes()
+    if name.startswith("holmesgpt__"):
+        data = data.split(b"\n", 2)[2]
+    return data
+
+
+def realworld_names() -> list[str]:
+    return sorted(p.name for p in REALWORLD.glob("*")) if REALWORLD.exists() else []
+
+
+@pytest.fixture
+def provider_with(db_path: str) -> Iterator:  # type: ignore[type-arg]
+    """Build a TracerProvider with a ToolResultProcessor; both shut down after the test."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from collector import ToolResultProcessor
+
+    made = []
+
+    def make(**kwargs):  # type: ignore[no-untyped-def]
+        processor = ToolResultProcessor(db=kwargs.pop("db", db_path), **kwargs)
+        provider = TracerProvider(shutdown_on_exit=False)
+        provider.add_span_processor(processor)
+        made.append(provider)
+        return provider, processor
+
+    yield make
+    for provider in made:
+        provider.shutdown()
