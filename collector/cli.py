@@ -10,6 +10,7 @@ import argparse
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 from collector.config import CollectorConfig
 from collector.errors import ToolmeterError
 from collector.ingest import ingest_files
+from collector.payload_store import payload_dir
 from collector.report import RANK_METRICS, collector_totals, ranking
 from collector.store import read_connection
 from collector.tokens import ENCODINGS
@@ -135,8 +137,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if not files:
         print(f"toolmeter: no sample traces in {traces}; pass --traces DIR", file=sys.stderr)
         return 2
-    if os.path.exists(args.db) and not args.keep:
-        os.remove(args.db)
+    if not args.keep:
+        for stale in (args.db, args.db + ".wal"):
+            if os.path.exists(stale):
+                os.remove(stale)
+        shutil.rmtree(payload_dir(args.db), ignore_errors=True)
     config = CollectorConfig.resolve(db=args.db)
     print(f"loading {len(files)} sample trace file(s) into {args.db} ...", flush=True)
     summary = ingest_files(files, config)

@@ -56,13 +56,13 @@ def classify(name: str, attrs: Mapping[str, Any] | None) -> str | None:
     """Return ``"tool"``, ``"llm"`` or None for a span (cheap: runs in ``on_end``)."""
     if not attrs:
         return TOOL if name.startswith(_EXECUTE_TOOL_PREFIX) else None
+    op = attrs.get(A.GEN_AI_OPERATION_NAME)
+    if op is not None:
+        if op == A.EXECUTE_TOOL or A.TOOL_NAME in attrs:
+            return TOOL
+        return LLM if op in A.LLM_OPERATIONS else None
     if A.TOOL_NAME in attrs:
         return TOOL
-    op = attrs.get(A.GEN_AI_OPERATION_NAME)
-    if op == A.EXECUTE_TOOL:
-        return TOOL
-    if op in A.LLM_OPERATIONS:
-        return LLM
     oi = attrs.get(A.OPENINFERENCE_SPAN_KIND)
     if oi is not None:
         oi = str(oi).upper()
@@ -87,10 +87,10 @@ def _dialect(name: str, attrs: Mapping[str, Any]) -> str:
     return "toolmeter"
 
 
-def _first(attrs: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[str | None, Any]:
+def _first(attrs: Mapping[str, Any], keys: tuple[str, ...], allow_empty: bool = False) -> tuple[str | None, Any]:
     for key in keys:
         value = attrs.get(key)
-        if value is not None and value != "":
+        if value is not None and (allow_empty or value != ""):
             return key, value
     return None, None
 
@@ -170,7 +170,7 @@ def extract_tool_call(
         name = "(unnamed)"
     raw_key = None
     if raw is None:
-        raw_key, raw_attr = _first(attrs, _RAW_KEYS)
+        raw_key, raw_attr = _first(attrs, _RAW_KEYS, allow_empty=True)  # "" is a result: 0 bytes
         raw = _as_payload(raw_attr) if raw_attr is not None else None
     if view is None and attrs.get(A.VIEW) is not None:
         view = _as_payload(attrs[A.VIEW])

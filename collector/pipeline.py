@@ -17,12 +17,13 @@ import threading
 import uuid
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from collector.config import CollectorConfig
 from collector.dialects import LLM, TOOL, SpanData, extract_llm_call, extract_tool_call
 from collector.measure import measure
 from collector.model import Issue
+from collector.payload_store import PayloadStore, payload_dir
 from collector.store import Batch, Store, WriteResult
 from collector.tokens import TokenCounter
 
@@ -42,9 +43,12 @@ class Counters:
     duplicates: int = 0
 
 
-@dataclass(frozen=True)
-class Item:
-    """One span waiting to be measured, with payloads handed over in-process."""
+class Item(NamedTuple):
+    """One span waiting to be measured, with payloads handed over in-process.
+
+    A NamedTuple, not a dataclass: the processor builds one per span on the agent's
+    thread, and a tuple is the cheapest record Python has.
+    """
 
     kind: str
     span: SpanData
@@ -52,19 +56,25 @@ class Item:
     view: str | bytes | None = None
 
 
-def payload_row(trace_id: str, span_id: str, kind: str, data: bytes, cap: int) -> dict[str, Any]:
-    """A payload as stored: whole up to ``cap`` bytes, else head and tail with size and hash."""
+def payload_row(
+    payloads: PayloadStore, trace_id: str, span_id: str, kind: str, data: bytes, cap: int
+) -> dict[str, Any]:
+    """Store a payload (whole up to ``cap`` bytes, else head and tail) and return its row."""
     cut = len(data) > cap
-    half = cap // 2
+    head = cap // 2 if cut else len(data)
+    tail = cap - head if cut else 0
+    stored = data[:head] + data[len(data) - tail :] if cut else data
+    blob_id = payloads.put(stored)
     return {
         "trace_id": trace_id,
         "span_id": span_id,
         "kind": kind,
         "total_bytes": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
+        "sha256": hashlib.sha256(data).hexdigest() if cut else blob_id,
         "cut": cut,
-        "head": data[:half] if cut else data,
-        "tail": data[len(data) - (cap - half) :] if cut else None,
+        "head_bytes": head,
+        "tail_bytes": tail,
+        "blob_id": blob_id,
     }
 
 
@@ -74,6 +84,7 @@ class Pipeline:
     def __init__(self, config: CollectorConfig, collector_id: str | None = None) -> None:
         self.config = config
         self.store = Store(config.db)
+        self.payloads = PayloadStore(payload_dir(config.db))
         self.counter = TokenCounter(config.encoding)
         self.counters = Counters()
         self.lock = threading.Lock()
@@ -94,7 +105,10 @@ class Pipeline:
                     batch.tool_rows.append(row)
                     if self.config.store_payloads:
                         cap = self.config.payload_cap_bytes
-                        stored = [payload_row(call.trace_id, call.span_id, k, d, cap) for k, d in payloads.items()]
+                        stored = [
+                            payload_row(self.payloads, call.trace_id, call.span_id, k, d, cap)
+                            for k, d in payloads.items()
+                        ]
                         batch.payload_rows += stored
                         if any(p["cut"] for p in stored):
                             row["warnings"].append(

@@ -116,7 +116,12 @@ class ToolResultProcessor(SpanProcessor):
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._idle = threading.Condition(self._lock)
-        self._queue: collections.deque[Item] = collections.deque()
+        self._queue: collections.deque[tuple[Item, int]] = collections.deque()
+        self._max_queue = self.config.max_queue_size
+        self._max_bytes = self.config.max_queued_bytes
+        self._max_batch = self.config.max_batch_size
+        self._seen = 0  # tool/LLM spans offered (guarded by _lock, like _dropped)
+        self._dropped = 0
         self._queued_bytes = 0
         self._enqueued = 0  # items accepted so far
         self._done = 0  # items accepted and then written or given up on
@@ -135,7 +140,8 @@ class ToolResultProcessor(SpanProcessor):
         """A snapshot of the collector's counters (seen, dropped, written, ...)."""
         with self._pipeline.lock:
             snap = dict(vars(self._pipeline.counters))
-        snap["queued"] = len(self._queue)
+        with self._lock:
+            snap.update(spans_seen=self._seen, dropped=self._dropped, queued=len(self._queue))
         return snap
 
     # --- the agent's thread ------------------------------------------------------------
@@ -144,32 +150,36 @@ class ToolResultProcessor(SpanProcessor):
         return None
 
     def on_end(self, span: ReadableSpan) -> None:
+        # The agent's thread: a filter and an append, nothing that grows with the payload.
         try:
-            kind = classify(span.name, span.attributes)
+            attrs = _plain_attributes(span)
+            kind = classify(span.name, attrs)
             if kind is None or self._shutdown:
                 return
             raw, view = take_payloads(span)
-            size = _size(raw) + _size(view) + _attribute_payload_size(span.attributes)
-            counters = self._pipeline.counters
+            size = _attribute_payload_size(attrs)
+            if raw is not None:
+                size += len(raw)
+            if view is not None:
+                size += len(view)
             with self._lock:
-                counters.spans_seen += 1
-                if len(self._queue) >= self.config.max_queue_size or (
-                    self._queue and self._queued_bytes + size > self.config.max_queued_bytes
-                ):
-                    counters.dropped += 1
+                self._seen += 1
+                queue = self._queue
+                if len(queue) >= self._max_queue or (queue and self._queued_bytes + size > self._max_bytes):
+                    self._dropped += 1
                     if not self._dropped_warned:
                         self._dropped_warned = True
                         logger.warning(
                             "toolmeter queue is full (%d spans); dropping tool spans and counting them. "
                             "Raise max_queue_size / max_queued_bytes if this persists.",
-                            len(self._queue),
+                            len(queue),
                         )
                     return
-                # the span itself is immutable once ended; it is read in the worker
-                self._queue.append(Item(kind, span, raw, view))  # type: ignore[arg-type]
+                # the span is immutable once ended; the worker reads it
+                queue.append((Item(kind, span, raw, view), size))  # type: ignore[arg-type]
                 self._queued_bytes += size
                 self._enqueued += 1
-                full = len(self._queue) >= self.config.max_batch_size
+                full = len(queue) >= self._max_batch
             if full:
                 self._wake.set()
         except Exception:  # never into the agent
@@ -196,11 +206,10 @@ class ToolResultProcessor(SpanProcessor):
             with self._lock:
                 if not self._queue:
                     return
-                n = min(len(self._queue), self.config.max_batch_size)
-                items = [self._queue.popleft() for _ in range(n)]
-                self._queued_bytes -= sum(
-                    _size(i.raw) + _size(i.view) + _attribute_payload_size(i.span.attributes) for i in items
-                )
+                n = min(len(self._queue), self._max_batch)
+                entries = [self._queue.popleft() for _ in range(n)]
+                self._queued_bytes -= sum(size for _, size in entries)
+            items = [item for item, _ in entries]
             self._write_items(items)
             with self._lock:
                 self._done += len(items)
@@ -214,6 +223,11 @@ class ToolResultProcessor(SpanProcessor):
                 span = span_data(span)
             converted.append(Item(item.kind, span, item.raw, item.view))
         batch = self._pipeline.build_batch(converted)
+        with self._lock:
+            seen, dropped = self._seen, self._dropped
+        with self._pipeline.lock:
+            self._pipeline.counters.spans_seen = seen
+            self._pipeline.counters.dropped = dropped
         delay = 0.5
         while True:
             try:
@@ -266,15 +280,28 @@ class ToolResultProcessor(SpanProcessor):
                 logger.error("toolmeter worker did not stop within 60 s; %d spans not written", len(self._queue))
 
 
-def _size(payload: Any) -> int:
-    return len(payload) if isinstance(payload, (str, bytes)) else 0
+def _plain_attributes(span: Any) -> Any:
+    """The span's attributes as a plain dict when the SDK allows it.
+
+    ``ReadableSpan.attributes`` is a proxy over ``BoundedAttributes``, whose lookups run
+    Python code under a lock; on_end makes about ten of them. Once a span has ended its
+    attributes are immutable, so reading the backing dict is safe, and it is several
+    times cheaper. Any other implementation falls back to the public mapping.
+    """
+    backing = getattr(getattr(span, "_attributes", None), "_dict", None)
+    if isinstance(backing, dict):
+        return backing
+    return span.attributes or {}
 
 
 _PAYLOAD_KEYS = (A.RAW, A.VIEW, A.GEN_AI_TOOL_CALL_RESULT, A.OI_OUTPUT_VALUE, A.TRACELOOP_ENTITY_OUTPUT)
 
 
 def _attribute_payload_size(attrs: Any) -> int:
-    """Characters of payloads carried as attributes: a few O(1) look-ups."""
-    if not attrs:
-        return 0
-    return sum(_size(attrs.get(k)) for k in _PAYLOAD_KEYS)
+    """Characters of payloads carried as attributes: five O(1) look-ups (on the hot path)."""
+    size = 0
+    for key in _PAYLOAD_KEYS:
+        value = attrs.get(key)
+        if value is not None and value.__class__ in (str, bytes):
+            size += len(value)
+    return size

@@ -63,17 +63,20 @@ CREATE TABLE IF NOT EXISTS llm_calls (
     PRIMARY KEY (trace_id, span_id)
 );
 
--- Payloads for replay. Up to the cap a payload is stored whole (tail IS NULL); beyond it,
--- head and tail are kept with the total size and the sha256 of the whole, and cut = true.
+-- Payloads for replay. The bytes live in files beside the store (<store>.payloads/, see
+-- collector/payload_store.py); this table says which blob belongs to which call. Up to the
+-- cap a payload is stored whole (tail_bytes = 0); beyond it, its first head_bytes and last
+-- tail_bytes are kept, with the total size and the sha256 of the whole, and cut = true.
 CREATE TABLE IF NOT EXISTS payloads (
     trace_id     VARCHAR NOT NULL,
     span_id      VARCHAR NOT NULL,
     kind         VARCHAR NOT NULL,   -- raw | view
     total_bytes  BIGINT,
-    sha256       VARCHAR,
+    sha256       VARCHAR,            -- of the whole payload
     cut          BOOLEAN,
-    head         BLOB,               -- bytes [0, len(head))
-    tail         BLOB,               -- bytes [total_bytes - len(tail), total_bytes)
+    head_bytes   BIGINT,             -- the blob holds bytes [0, head_bytes) ...
+    tail_bytes   BIGINT,             -- ... then [total_bytes - tail_bytes, total_bytes)
+    blob_id      VARCHAR,            -- sha256 of the stored bytes: the file name
     PRIMARY KEY (trace_id, span_id, kind)
 );
 

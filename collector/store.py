@@ -100,8 +100,9 @@ _PAYLOAD_SCHEMA = pa.schema(
         ("total_bytes", pa.int64()),
         ("sha256", pa.string()),
         ("cut", pa.bool_()),
-        ("head", pa.binary()),
-        ("tail", pa.binary()),
+        ("head_bytes", pa.int64()),
+        ("tail_bytes", pa.int64()),
+        ("blob_id", pa.string()),
     ]
 )
 _ISSUE_SCHEMA = pa.schema(

@@ -125,3 +125,9 @@ def test_every_dialect_through_real_spans_into_duckdb(provider_with, db_path) ->
     with read_connection(db_path) as con:
         got = con.execute("SELECT dialect, tool_name, raw_tokens FROM tool_calls ORDER BY dialect").fetchall()
     assert got == [("gen_ai", "get_weather", 7), ("openinference", "get_weather", 7), ("traceloop", "get_weather", 7)]
+
+
+def test_an_empty_result_is_a_zero_byte_result() -> None:
+    s = span("execute_tool t", **{"gen_ai.operation.name": "execute_tool", "gen_ai.tool.call.result": ""})
+    call, _ = extract_tool_call(s)
+    assert call.raw == ""

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from collector.cli import main
+from collector.payload_store import load_payload
 from collector.store import read_connection
 from tests.conftest import SAMPLE_TRACES
 
@@ -167,13 +168,15 @@ def test_sample_traces_rank_and_count(sample_db: str, capsys) -> None:  # type: 
 def test_sample_refund_row_is_a_retained_range(sample_db: str) -> None:
     with read_connection(sample_db) as con:
         rows = con.execute(
-            """SELECT t.retained_ranges, p.head FROM tool_calls t JOIN payloads p USING (trace_id, span_id)
-               WHERE t.tool_name = 'get_customer_orders' AND p.kind = 'raw' AND len(t.retained_ranges) = 2"""
+            """SELECT trace_id, span_id, retained_ranges FROM tool_calls
+               WHERE tool_name = 'get_customer_orders' AND len(retained_ranges) = 2"""
         ).fetchall()
-    assert rows
-    for ranges, raw in rows:
-        start, end = ranges[1]
-        assert b"refund_pending" in raw[start:end]
+        assert rows
+        for trace_id, span_id, ranges in rows:
+            raw = load_payload(con, sample_db, trace_id, span_id, "raw")
+            assert raw is not None and not raw.cut
+            start, end = ranges[1]
+            assert b"refund_pending" in raw.head[start:end]
 
 
 def test_sample_schema_change_is_visible_in_fingerprints(sample_db: str) -> None:

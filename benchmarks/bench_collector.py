@@ -1,0 +1,158 @@
+"""Collector benchmark: agent-side cost per tool span, and worker throughput.
+
+Prints two tables, each figure next to a baseline measured in the same run:
+
+1. Agent-side time per tool span (what the agent's thread pays in ``span.end()``):
+   no processor, ``BatchSpanProcessor`` with a no-op exporter, and ToolResultProcessor.
+2. Measurement throughput (MB/s and spans/s) of the pipeline on real payloads from
+   ``../shared/realworld`` against tiktoken's own ``encode_ordinary`` on the same text,
+   one core.
+
+Usage: ``python benchmarks/bench_collector.py [--spans N] [--rounds R]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+from collector import ToolResultProcessor
+from collector.config import CollectorConfig
+from collector.dialects import SpanData
+from collector.pipeline import Item, Pipeline
+from collector.tokens import TokenCounter
+
+ROOT = Path(__file__).resolve().parent.parent
+REALWORLD = Path(os.environ.get("TOOLMETER_REALWORLD", ROOT.parent / "shared" / "realworld" / "payloads"))
+
+
+class NoOpExporter(SpanExporter):
+    def export(self, spans: Sequence[object]) -> SpanExportResult:  # type: ignore[override]
+        return SpanExportResult.SUCCESS
+
+
+def _payloads() -> list[str]:
+    out = []
+    for path in sorted(REALWORLD.glob("*")):
+        data = path.read_bytes()
+        if path.name.startswith("holmesgpt__"):
+            data = data.split(b"\n", 2)[2]
+        out.append(data.decode("utf-8"))
+    if not out:
+        sys.exit(f"no payloads in {REALWORLD}; set TOOLMETER_REALWORLD")
+    return out
+
+
+def agent_side(spans: int, rounds: int, result: str) -> list[tuple[str, float]]:
+    """Median over rounds of the time per tool span, on the agent's thread."""
+    tmp = tempfile.mkdtemp(prefix="toolmeter-bench-")
+
+    def no_processor() -> tuple[TracerProvider, object]:
+        return TracerProvider(shutdown_on_exit=False), None
+
+    def batch_noop() -> tuple[TracerProvider, object]:
+        tp = TracerProvider(shutdown_on_exit=False)
+        p = BatchSpanProcessor(NoOpExporter(), max_queue_size=spans * 2)
+        tp.add_span_processor(p)
+        return tp, p
+
+    def toolmeter() -> tuple[TracerProvider, object]:
+        tp = TracerProvider(shutdown_on_exit=False)
+        p = ToolResultProcessor(db=os.path.join(tmp, f"b{time.monotonic_ns()}.duckdb"), max_queue_size=spans * 2)
+        tp.add_span_processor(p)
+        return tp, p
+
+    def toolmeter_idle() -> tuple[TracerProvider, object]:
+        # the worker sleeps through the loop: isolates on_end from the worker's GIL use
+        tp = TracerProvider(shutdown_on_exit=False)
+        p = ToolResultProcessor(db=os.path.join(tmp, f"i{time.monotonic_ns()}.duckdb"), max_queue_size=spans * 2,
+                                max_batch_size=spans * 2, flush_interval=3600)  # fmt: skip
+        tp.add_span_processor(p)
+        return tp, p
+
+    variants = [("no processor", no_processor), ("BatchSpanProcessor + no-op exporter", batch_noop),
+                ("ToolResultProcessor (on_end only, worker idle)", toolmeter_idle),
+                ("ToolResultProcessor (worker measuring meanwhile)", toolmeter)]  # fmt: skip
+    results: dict[str, list[float]] = {name: [] for name, _ in variants}
+    attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_orders",
+             "gen_ai.tool.call.result": result}  # fmt: skip
+    for _ in range(rounds):
+        for name, make in variants:  # interleaved, so drift hits every variant alike
+            tp, _p = make()
+            tracer = tp.get_tracer("bench")
+            t0 = time.perf_counter()
+            for _i in range(spans):
+                with tracer.start_as_current_span("execute_tool search_orders", attributes=attrs):
+                    pass
+            results[name].append((time.perf_counter() - t0) / spans)
+            tp.shutdown()
+    return [(name, statistics.median(v)) for name, v in results.items()]
+
+
+def throughput(payloads: list[str], repeat: int) -> list[tuple[str, float, float]]:
+    """(name, MB/s, spans/s) for tiktoken alone and for the whole measurement pipeline."""
+    texts = payloads * repeat
+    total_mb = sum(len(t.encode()) for t in texts) / 1e6
+    counter = TokenCounter()
+    enc = counter._enc
+    t0 = time.perf_counter()
+    for t in texts:
+        enc.encode_ordinary(t)
+    tik = time.perf_counter() - t0
+
+    tmp = tempfile.mkdtemp(prefix="toolmeter-bench-")
+    pipeline = Pipeline(CollectorConfig(db=os.path.join(tmp, "t.duckdb")))
+    items = [
+        Item("tool", SpanData(name="execute_tool t", trace_id=f"{i:032x}", span_id=f"{i:016x}", start_ns=1, end_ns=2,
+                              attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t",
+                                          "gen_ai.tool.call.result": t}))
+        for i, t in enumerate(texts)
+    ]  # fmt: skip
+    t0 = time.perf_counter()
+    batch = pipeline.build_batch(items)
+    measure_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    pipeline.write(batch)
+    total_s = measure_s + time.perf_counter() - t0
+    n = len(texts)
+    return [
+        ("tiktoken encode_ordinary, 1 core (baseline)", total_mb / tik, n / tik),
+        ("toolmeter measure (count, infer, fingerprint), 1 core", total_mb / measure_s, n / measure_s),
+        ("toolmeter measure + DuckDB write, 1 core", total_mb / total_s, n / total_s),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--spans", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=3, help="passes over the real payloads for throughput")
+    args = parser.parse_args()
+    result = json.dumps([{"id": i, "status": "paid", "amount": i * 1.5} for i in range(20)])
+    print(f"1. agent-side time per tool span ({args.spans:,} spans x {args.rounds} rounds, median; 1 KB result)")
+    rows = agent_side(args.spans, args.rounds, result)
+    base = dict(rows)["BatchSpanProcessor + no-op exporter"]
+    print(f"   {'variant':<50} {'us/span':>9} {'vs Batch':>9}")
+    for name, sec in rows:
+        print(f"   {name:<50} {sec * 1e6:>9.2f} {sec / base:>8.2f}x")
+    payloads = _payloads()
+    print(f"\n2. measurement throughput on {len(payloads)} real payloads x {args.repeat}")
+    rows3 = throughput(payloads, args.repeat)
+    tik = rows3[0][1]
+    print(f"   {'stage':<55} {'MB/s':>7} {'spans/s':>9} {'vs tiktoken':>11}")
+    for name, mbs, sps in rows3:
+        print(f"   {name:<55} {mbs:>7.2f} {sps:>9.1f} {mbs / tik:>10.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""Payload bytes for replay, kept in files beside the DuckDB store.
+
+Why not in DuckDB: DuckDB rewrites the last row group of a table at each checkpoint, and
+the writer checkpoints at every flush (it closes the file so readers can open it). With
+megabyte payloads in that row group, each flush rewrote them again: about 10 MB/s, as
+slow as the tokenizer, and getting slower as the table grew. Here each payload is written
+once, compressed, under the name of its content hash; the ``payloads`` table in DuckDB
+records which blob belongs to which call.
+
+Layout: ``<store>.payloads/<first two hex of id>/<id>.gz`` where ``id`` is the sha256 of the
+stored bytes. Files are written to a temporary name and renamed, so a reader never sees a
+half-written blob, and blobs are written before the batch that points at them commits, so
+a committed row never points at a missing file (a crash in between leaves an unreferenced
+blob, which is harmless). Identical payloads are stored once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import zlib
+from dataclasses import dataclass
+
+import duckdb
+
+from collector.errors import StoreError
+
+COMPRESSION_LEVEL = 1
+"""zlib level: fast (hundreds of MB/s), and tool output still shrinks several times."""
+
+
+def payload_dir(db_path: str) -> str:
+    """The folder that holds the payloads of the store at ``db_path``."""
+    return os.fspath(db_path) + ".payloads"
+
+
+class PayloadStore:
+    """Content-addressed, compressed payload files."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def _path(self, blob_id: str) -> str:
+        return os.path.join(self.root, blob_id[:2], blob_id + ".gz")
+
+    def put(self, data: bytes) -> str:
+        """Store ``data`` (once) and return its id."""
+        blob_id = hashlib.sha256(data).hexdigest()
+        path = self._path(blob_id)
+        if os.path.exists(path):
+            return blob_id
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.{id(data)}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(zlib.compress(data, COMPRESSION_LEVEL))
+            os.replace(tmp, path)
+        except OSError as e:
+            raise StoreError(f"cannot write payload to {path}: {e.strerror}") from e
+        return blob_id
+
+    def get(self, blob_id: str) -> bytes:
+        """The bytes stored under ``blob_id``.
+
+        Raises:
+            StoreError: the blob is missing or damaged.
+        """
+        path = self._path(blob_id)
+        try:
+            with open(path, "rb") as f:
+                return zlib.decompress(f.read())
+        except FileNotFoundError as e:
+            raise StoreError(f"payload {blob_id} is missing from {self.root}; was the folder moved or deleted?") from e
+        except (OSError, zlib.error) as e:
+            raise StoreError(f"payload file {path} cannot be read: {e}") from e
+
+
+@dataclass(frozen=True)
+class Payload:
+    """A stored payload: whole, or its head and tail when it was over the cap."""
+
+    total_bytes: int
+    cut: bool
+    head: bytes
+    tail: bytes
+    sha256: str | None
+
+    @property
+    def omitted_bytes(self) -> int:
+        """Bytes of the original not kept by the store (0 unless cut)."""
+        return self.total_bytes - len(self.head) - len(self.tail)
+
+
+def load_payload(
+    con: duckdb.DuckDBPyConnection, db_path: str, trace_id: str, span_id: str, kind: str
+) -> Payload | None:
+    """The ``raw`` or ``view`` payload of one call, or None when none was stored."""
+    row = con.execute(
+        "SELECT total_bytes, cut, head_bytes, tail_bytes, blob_id, sha256 FROM payloads "
+        "WHERE trace_id = ? AND span_id = ? AND kind = ?",
+        [trace_id, span_id, kind],
+    ).fetchone()
+    if row is None:
+        return None
+    total, cut, head_bytes, _tail_bytes, blob_id, sha = row
+    data = PayloadStore(payload_dir(db_path)).get(blob_id)
+    return Payload(total_bytes=total, cut=bool(cut), head=data[:head_bytes], tail=data[head_bytes:], sha256=sha)
