@@ -118,7 +118,8 @@ def _run_dashboard(db: str, port: int, host: str) -> int:
     cmd = [
         sys.executable, "-m", "streamlit", "run", str(DASHBOARD_APP),
         "--server.address", host, "--server.port", str(port), "--server.headless", "true",
-        "--browser.gatherUsageStats", "false", "--", "--db", os.path.abspath(db),
+        "--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer",
+        "--", "--db", os.path.abspath(db),
     ]  # fmt: skip
     print(f"dashboard on http://{host}:{port}  (Ctrl+C to stop)", flush=True)
     try:

@@ -2,12 +2,13 @@
 
 Window cost: a tool result stays in the context and is re-read by every later model
 call of its trace, so its cost is ``view_tokens x (LLM calls in the trace that start
-after the tool call ended)``. A trace with no recorded LLM calls adds no window cost.
+after the tool call ended)``; the store keeps that count per call (``later_llm_calls``,
+see ``collector.store``). A trace with no recorded LLM calls adds no window cost.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -31,7 +32,6 @@ class Filters:
     services: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
     encoding: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def where(self, alias: str = "") -> tuple[str, list[Any]]:
         """A SQL condition over ``tool_calls`` and its parameters."""
@@ -56,19 +56,11 @@ class Filters:
         return " AND ".join(clauses), params
 
 
-def _calls_with_later_llm(filters: Filters) -> tuple[str, list[Any]]:
+def _calls(filters: Filters) -> tuple[str, list[Any]]:
     where, params = filters.where("t")
     sql = f"""
-        WITH calls AS (SELECT t.* FROM tool_calls t WHERE {where}),
-        later AS (
-            SELECT c.trace_id, c.span_id, count(l.span_id) AS later_llm_calls
-            FROM calls c LEFT JOIN llm_calls l
-              ON l.trace_id = c.trace_id AND l.start_ns >= c.end_ns
-            GROUP BY c.trace_id, c.span_id
-        )
-        SELECT c.*, later.later_llm_calls,
-               c.view_tokens * later.later_llm_calls AS window_cost_tokens
-        FROM calls c JOIN later USING (trace_id, span_id)
+        SELECT t.*, t.view_tokens * coalesce(t.later_llm_calls, 0) AS window_cost_tokens
+        FROM tool_calls t WHERE {where}
     """
     return sql, params
 
@@ -80,7 +72,7 @@ def ranking(con: duckdb.DuckDBPyConnection, filters: Filters | None = None, by: 
     """
     if by not in RANK_METRICS:
         raise ValueError(f"by={by!r}: choose one of {', '.join(RANK_METRICS)}")
-    inner, params = _calls_with_later_llm(filters or Filters())
+    inner, params = _calls(filters or Filters())
     sql = f"""
         SELECT tool_name AS tool,
                count(*) AS calls,

@@ -190,6 +190,57 @@ def read_connection(
         con.close()
 
 
+TRACE_HORIZON_NS = 24 * 3600 * 10**9
+"""How far before a batch's earliest span a tool call may lie and still have its window
+cost updated by that batch's LLM calls. Bounds the work of each write (DuckDB skips older
+row groups by their min/max start time); agent runs last minutes, not days."""
+
+
+def _update_later_llm_calls(con: duckdb.DuckDBPyConnection, batches: list[str]) -> None:
+    """Recount, for the traces this batch touched, how many LLM calls follow each tool call.
+
+    Window cost needs it, and a query-time join over every call costs about a second per
+    million calls, so it is kept as a column. Recounting whole traces (not adding to
+    counts) keeps it right whatever order spans arrive in, and when a batch is retried.
+    """
+    touched = " UNION ".join(f"SELECT trace_id FROM {b}" for b in batches)
+    starts = " UNION ALL ".join(f"SELECT start_ns FROM {b}" for b in batches)
+    con.execute(
+        f"""
+        UPDATE tool_calls SET later_llm_calls = n.later FROM (
+            WITH touched AS ({touched}),
+            lo AS (SELECT min(start_ns) - {TRACE_HORIZON_NS} AS lo FROM ({starts})),
+            c AS (SELECT trace_id, span_id, end_ns FROM tool_calls
+                  WHERE start_ns >= (SELECT lo FROM lo) AND trace_id IN (SELECT trace_id FROM touched)),
+            l AS (SELECT trace_id, start_ns,
+                         row_number() OVER (PARTITION BY trace_id ORDER BY start_ns DESC) AS remaining
+                  FROM llm_calls
+                  WHERE start_ns >= (SELECT lo FROM lo) AND trace_id IN (SELECT trace_id FROM touched))
+            SELECT c.trace_id, c.span_id, coalesce(l.remaining, 0) AS later
+            FROM c ASOF LEFT JOIN l ON c.trace_id = l.trace_id AND l.start_ns >= c.end_ns
+        ) AS n
+        WHERE tool_calls.trace_id = n.trace_id AND tool_calls.span_id = n.span_id
+          AND tool_calls.later_llm_calls IS DISTINCT FROM n.later
+        """
+    )
+
+
+def recount_all_later_llm_calls(con: duckdb.DuckDBPyConnection) -> None:
+    """Recount ``later_llm_calls`` for every tool call (after a bulk load done in SQL)."""
+    con.execute(
+        """
+        UPDATE tool_calls SET later_llm_calls = n.later FROM (
+            WITH l AS (SELECT trace_id, start_ns,
+                              row_number() OVER (PARTITION BY trace_id ORDER BY start_ns DESC) AS remaining
+                       FROM llm_calls)
+            SELECT c.trace_id, c.span_id, coalesce(l.remaining, 0) AS later
+            FROM tool_calls c ASOF LEFT JOIN l ON c.trace_id = l.trace_id AND l.start_ns >= c.end_ns
+        ) AS n
+        WHERE tool_calls.trace_id = n.trace_id AND tool_calls.span_id = n.span_id
+        """
+    )
+
+
 class Store:
     """Writes batches into one DuckDB file, opening it only for the length of a batch."""
 
@@ -236,22 +287,27 @@ class Store:
 
     def _insert(self, con: duckdb.DuckDBPyConnection, batch: Batch) -> WriteResult:
         tools = llms = 0
+        registered: list[str] = []
         if batch.tool_rows:
             con.register("tool_batch", pa.Table.from_pylist(batch.tool_rows, schema=_TOOL_SCHEMA))
+            registered.append("tool_batch")
             row = con.execute(
                 "INSERT OR IGNORE INTO tool_calls BY NAME "
                 "SELECT *, make_timestamp(start_ns // 1000) AS start_time FROM tool_batch"
             ).fetchone()
             tools = int(row[0]) if row else 0
-            con.unregister("tool_batch")
         if batch.llm_rows:
             con.register("llm_batch", pa.Table.from_pylist(batch.llm_rows, schema=_LLM_SCHEMA))
+            registered.append("llm_batch")
             row = con.execute(
                 "INSERT OR IGNORE INTO llm_calls BY NAME "
                 "SELECT *, make_timestamp(start_ns // 1000) AS start_time FROM llm_batch"
             ).fetchone()
             llms = int(row[0]) if row else 0
-            con.unregister("llm_batch")
+        if registered:
+            _update_later_llm_calls(con, registered)
+        for name in registered:
+            con.unregister(name)
         if batch.payload_rows:
             con.register("payload_batch", pa.Table.from_pylist(batch.payload_rows, schema=_PAYLOAD_SCHEMA))
             con.execute("INSERT OR IGNORE INTO payloads BY NAME SELECT * FROM payload_batch")

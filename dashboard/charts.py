@@ -49,3 +49,67 @@ def ranking_bar(table: pd.DataFrame, by: str = "view") -> go.Figure:
         legend={"orientation": "h", "y": 1.08},
     )
     return fig
+
+
+def size_histogram(hist: pd.DataFrame, pcts: dict[str, float | None], label: str, budget: float | None) -> go.Figure:
+    """Calls per log-spaced size bin, with p50/p95/p99 and the budget marked."""
+    fig = go.Figure()
+    if hist.empty:
+        fig.update_layout(title="No calls")
+        return fig
+    centers = (hist["lo"] * hist["hi"]) ** 0.5
+    fig.add_bar(x=centers, y=hist["calls"], width=(hist["hi"] - hist["lo"]) * 0.95, name="calls",
+                marker_color="#7f7f7f", hovertemplate="%{x:.0f}: %{y} calls<extra></extra>")  # fmt: skip
+    marks = [("p50", "#2ca02c"), ("p95", "#ff7f0e"), ("p99", "#d62728")]
+    for key, color in marks:
+        value = pcts.get(key)
+        if value:
+            fig.add_vline(x=value, line_color=color, line_dash="dot",
+                          annotation_text=f"{key} {human_tokens(value)}", annotation_position="top")  # fmt: skip
+    if budget:
+        fig.add_vline(x=budget, line_color="#1f77b4", line_width=3,
+                      annotation_text=f"budget {human_tokens(budget)}", annotation_position="bottom right")  # fmt: skip
+    fig.update_xaxes(type="log", title=label)
+    fig.update_yaxes(title="calls")
+    fig.update_layout(height=380, margin={"l": 10, "r": 10, "t": 60, "b": 40}, showlegend=False)
+    return fig
+
+
+def envelope_over_time(daily: pd.DataFrame, change_days: list[object], budget: float | None) -> go.Figure:
+    """Daily p99 (and p50) of view tokens and raw p99, with schema changes marked."""
+    fig = go.Figure()
+    if daily.empty:
+        fig.update_layout(title="No calls")
+        return fig
+    fig.add_scatter(x=daily["day"], y=daily["view_p99"], mode="lines+markers", name="view p99", line_color="#d62728")
+    fig.add_scatter(x=daily["day"], y=daily["view_p50"], mode="lines", name="view p50", line_color="#2ca02c")
+    fig.add_scatter(x=daily["day"], y=daily["raw_p99"], mode="lines", name="raw p99", line_dash="dot",
+                    line_color="#9467bd")  # fmt: skip
+    if budget:
+        fig.add_hline(y=budget, line_color="#1f77b4", annotation_text="budget")
+    for day in change_days:
+        fig.add_vline(x=pd.Timestamp(day).timestamp() * 1000, line_color="#000", line_dash="dash",
+                      annotation_text="schema changed", annotation_position="top left")  # fmt: skip
+    # log scale: raw p99 can be 50x the view, and a view growing 16k -> 44k must still show
+    fig.update_yaxes(title="tokens (log)", type="log")
+    fig.update_layout(height=380, margin={"l": 10, "r": 10, "t": 60, "b": 40}, legend={"orientation": "h", "y": 1.15})
+    return fig
+
+
+def context_occupancy(occ: pd.DataFrame) -> go.Figure:
+    """Stacked bars: for each LLM call, the window's tokens by source."""
+    fig = go.Figure()
+    if occ.empty:
+        fig.update_layout(title="No LLM calls recorded in this trace")
+        return fig
+    sources = [s for s in occ["source"].unique() if s != "everything else"]
+    if "everything else" in set(occ["source"]):
+        sources.append("everything else")
+    for source in sources:
+        part = occ[occ["source"] == source]
+        kwargs = {"marker_color": "#c7c7c7"} if source == "everything else" else {}
+        fig.add_bar(x=part["step"], y=part["tokens"], name=source, **kwargs)
+    fig.update_layout(barmode="stack", height=360, margin={"l": 10, "r": 10, "t": 30, "b": 40},
+                      xaxis_title="LLM call (in order)", yaxis_title="tokens in the window",
+                      legend={"orientation": "h", "y": 1.15})  # fmt: skip
+    return fig

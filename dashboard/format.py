@@ -7,7 +7,13 @@ from typing import Any
 
 
 def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
+    """None, NaN, pandas' NA and NaT: anything that is not a number."""
+    if value is None:
+        return True
+    try:
+        return math.isnan(float(value))
+    except (TypeError, ValueError):
+        return True
 
 
 def human_tokens(value: Any) -> str:

@@ -1,14 +1,29 @@
 """Dashboard queries: plain functions from a connection and filters to DataFrames.
 
-No Streamlit here; every aggregate is computed in DuckDB with bound parameters.
+No Streamlit here; every aggregate is computed in DuckDB with bound parameters. The few
+steps done in Python (finding where a tool's dominant schema changed, diffing two field
+lists) work on a handful of rows that SQL already aggregated.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 import duckdb
 import pandas as pd
 
 from collector.report import Filters, collector_totals, ranking
+
+SIZE_METRICS = {"view_tokens": "tokens shown to the model", "raw_tokens": "tokens the tool produced",
+                "raw_bytes": "bytes the tool produced"}  # fmt: skip
+
+
+def _df(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> pd.DataFrame:
+    return con.execute(sql, params).df()
+
+
+# --- window eaters ------------------------------------------------------------------------
 
 
 def tool_ranking(con: duckdb.DuckDBPyConnection, filters: Filters, by: str = "view") -> pd.DataFrame:
@@ -16,9 +31,12 @@ def tool_ranking(con: duckdb.DuckDBPyConnection, filters: Filters, by: str = "vi
     return pd.DataFrame(ranking(con, filters, by=by))
 
 
-def kpis(con: duckdb.DuckDBPyConnection, filters: Filters) -> dict[str, float]:
-    """Calls, window cost, the top tool's share of it, truncated results, drops."""
-    table = tool_ranking(con, filters, by="cost")
+def kpis(con: duckdb.DuckDBPyConnection, table: pd.DataFrame) -> dict[str, Any]:
+    """Calls, window cost, the top tool's share of it, truncated results, drops.
+
+    ``table`` is a :func:`tool_ranking` result (any order), so the ranking is computed once.
+    """
+    table = table.sort_values("window_cost_tokens", ascending=False) if not table.empty else table
     totals = collector_totals(con)
     calls = int(table["calls"].sum()) if not table.empty else 0
     cost = float(table["window_cost_tokens"].sum()) if not table.empty else 0.0
@@ -27,6 +45,7 @@ def kpis(con: duckdb.DuckDBPyConnection, filters: Filters) -> dict[str, float]:
     return {
         "calls": calls,
         "window_cost_tokens": cost,
+        "top_tool": str(table["tool"].iloc[0]) if not table.empty else "",
         "top_tool_share": top_share,
         "truncated": round(truncated),
         "dropped": totals["dropped"],
@@ -51,3 +70,233 @@ def time_bounds(con: duckdb.DuckDBPyConnection) -> tuple[pd.Timestamp | None, pd
     if row is None or row[0] is None:
         return None, None
     return pd.Timestamp(row[0]), pd.Timestamp(row[1])
+
+
+# --- tool detail ---------------------------------------------------------------------------
+
+
+def size_histogram(con: duckdb.DuckDBPyConnection, filters: Filters, tool: str, metric: str) -> pd.DataFrame:
+    """Counts of calls per log-spaced size bin (10 bins per decade): columns lo, hi, calls."""
+    if metric not in SIZE_METRICS:
+        raise ValueError(f"metric={metric!r}: choose one of {', '.join(SIZE_METRICS)}")
+    where, params = filters.where()
+    sql = f"""
+        WITH v AS (SELECT {metric} AS x FROM tool_calls WHERE {where} AND tool_name = ? AND {metric} IS NOT NULL),
+        b AS (SELECT floor(log10(greatest(x, 1)) * 10) AS bin, count(*) AS calls FROM v GROUP BY bin)
+        SELECT power(10, bin / 10) AS lo, power(10, (bin + 1) / 10) AS hi, calls FROM b ORDER BY bin
+    """
+    return _df(con, sql, [*params, tool])
+
+
+def size_percentiles(
+    con: duckdb.DuckDBPyConnection, filters: Filters, tool: str, metric: str
+) -> dict[str, float | None]:
+    """p50, p95, p99, max of ``metric`` and the tool's budget."""
+    if metric not in SIZE_METRICS:
+        raise ValueError(f"metric={metric!r}: choose one of {', '.join(SIZE_METRICS)}")
+    where, params = filters.where()
+    row = con.execute(
+        f"""SELECT quantile_cont({metric}, 0.5), quantile_cont({metric}, 0.95), quantile_cont({metric}, 0.99),
+                   max({metric}), max(budget_tokens), count(*)
+            FROM tool_calls WHERE {where} AND tool_name = ?""",
+        [*params, tool],
+    ).fetchone()
+    assert row is not None
+    keys = ("p50", "p95", "p99", "max", "budget_tokens", "calls")
+    return dict(zip(keys, row, strict=True))
+
+
+def daily_envelope(con: duckdb.DuckDBPyConnection, filters: Filters, tool: str) -> pd.DataFrame:
+    """Per day: calls, p50/p99 of view and raw tokens, truncation and over-budget rates,
+    and the day's dominant schema fingerprint (errors excluded from the schema)."""
+    where, params = filters.where()
+    sql = f"""
+        WITH c AS (SELECT * FROM tool_calls WHERE {where} AND tool_name = ?),
+        fp AS (
+            SELECT day, first(schema_fingerprint ORDER BY n DESC, schema_fingerprint) AS schema_fingerprint
+            FROM (
+                SELECT start_time::DATE AS day, schema_fingerprint, count(*) AS n
+                FROM c WHERE schema_fingerprint IS NOT NULL AND status <> 'error' GROUP BY 1, 2
+            ) GROUP BY day
+        )
+        SELECT start_time::DATE AS day, count(*) AS calls,
+               quantile_cont(view_tokens, 0.5) AS view_p50, quantile_cont(view_tokens, 0.99) AS view_p99,
+               quantile_cont(raw_tokens, 0.99) AS raw_p99,
+               avg(CASE WHEN truncated THEN 1.0 ELSE 0.0 END) AS truncated_rate,
+               avg(CASE WHEN over_budget THEN 1.0 WHEN over_budget IS NULL THEN NULL ELSE 0.0 END) AS over_budget_rate,
+               any_value(fp.schema_fingerprint) AS fingerprint
+        FROM c LEFT JOIN fp ON fp.day = c.start_time::DATE
+        GROUP BY 1 ORDER BY 1
+    """
+    return _df(con, sql, [*params, tool])
+
+
+@dataclass(frozen=True)
+class SchemaChange:
+    """The day a new fingerprint became a tool's dominant one, and what changed."""
+
+    day: Any
+    before: str
+    after: str
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    changed: tuple[str, ...]
+
+
+def _fields(con: duckdb.DuckDBPyConnection, tool: str, fingerprint: str) -> list[str]:
+    row = con.execute(
+        "SELECT schema_fields FROM tool_calls WHERE tool_name = ? AND schema_fingerprint = ? LIMIT 1",
+        [tool, fingerprint],
+    ).fetchone()
+    return list(row[0]) if row and row[0] else []
+
+
+def diff_fields(before: list[str], after: list[str]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(added, removed, type-changed) between two ``path:type`` field lists."""
+    b = dict(f.rsplit(":", 1) for f in before)
+    a = dict(f.rsplit(":", 1) for f in after)
+    added = tuple(sorted(f"{p}:{a[p]}" for p in a.keys() - b.keys()))
+    removed = tuple(sorted(f"{p}:{b[p]}" for p in b.keys() - a.keys()))
+    changed = tuple(sorted(f"{p}: {b[p]} -> {a[p]}" for p in a.keys() & b.keys() if a[p] != b[p]))
+    return added, removed, changed
+
+
+def schema_changes(con: duckdb.DuckDBPyConnection, filters: Filters, tool: str) -> list[SchemaChange]:
+    """Days on which the tool's dominant schema fingerprint changed, with the field diff."""
+    days = daily_envelope(con, filters, tool)
+    changes: list[SchemaChange] = []
+    previous: str | None = None
+    for day, fp in zip(days["day"], days["fingerprint"], strict=True):
+        if not isinstance(fp, str):
+            continue
+        if previous is not None and fp != previous:
+            added, removed, changed = diff_fields(_fields(con, tool, previous), _fields(con, tool, fp))
+            changes.append(SchemaChange(day, previous, fp, added, removed, changed))
+        previous = fp
+    return changes
+
+
+def largest_calls(con: duckdb.DuckDBPyConnection, filters: Filters, tool: str, limit: int = 20) -> pd.DataFrame:
+    """The tool's largest calls by view tokens, for links into the replay."""
+    where, params = filters.where()
+    sql = f"""
+        SELECT trace_id, span_id, start_time, service_name, view_tokens, raw_tokens, raw_bytes,
+               truncated, over_budget, status
+        FROM tool_calls WHERE {where} AND tool_name = ?
+        ORDER BY view_tokens DESC NULLS LAST, raw_tokens DESC NULLS LAST LIMIT ?
+    """
+    return _df(con, sql, [*params, tool, limit])
+
+
+# --- trace replay --------------------------------------------------------------------------
+
+TRACE_ORDERS = {
+    "largest": "max_view_tokens DESC NULLS LAST",
+    "truncated": "truncated_calls DESC, max_view_tokens DESC NULLS LAST",
+    "newest": "started DESC",
+}
+
+
+def find_traces(
+    con: duckdb.DuckDBPyConnection,
+    filters: Filters,
+    order: str = "largest",
+    trace_id: str = "",
+    tool: str | None = None,
+    limit: int = 50,
+) -> pd.DataFrame:
+    """Traces with tool calls, matching a trace-id prefix and/or containing ``tool``."""
+    if order not in TRACE_ORDERS:
+        raise ValueError(f"order={order!r}: choose one of {', '.join(TRACE_ORDERS)}")
+    where, params = filters.where()
+    extra = ""
+    if trace_id:
+        extra += " AND trace_id LIKE ? || '%'"
+        params.append(trace_id.strip().lower())
+    if tool:
+        extra += " AND trace_id IN (SELECT trace_id FROM tool_calls WHERE tool_name = ?)"
+        params.append(tool)
+    # Pick candidate traces with a top-N over calls (cheap), then aggregate only those:
+    # grouping every trace of a million-call store first would take seconds.
+    pick = {
+        "largest": f"SELECT trace_id FROM tool_calls WHERE {where}{extra} ORDER BY view_tokens DESC NULLS LAST LIMIT ?",
+        "newest": f"SELECT trace_id FROM tool_calls WHERE {where}{extra} ORDER BY start_ns DESC LIMIT ?",
+        "truncated": f"""SELECT trace_id FROM tool_calls WHERE {where}{extra} AND truncated GROUP BY trace_id
+                         ORDER BY count(*) DESC, max(view_tokens) DESC NULLS LAST LIMIT ?""",
+    }[order]
+    sql = f"""
+        WITH candidates AS (SELECT DISTINCT trace_id FROM ({pick}))
+        SELECT trace_id, min(start_time) AS started, any_value(service_name) AS service,
+               count(*) AS tool_calls, max(view_tokens) AS max_view_tokens,
+               sum(view_tokens) AS view_tokens, count(*) FILTER (WHERE truncated) AS truncated_calls,
+               string_agg(DISTINCT tool_name, ', ' ORDER BY tool_name) AS tools
+        FROM tool_calls WHERE trace_id IN (SELECT trace_id FROM candidates)
+        GROUP BY trace_id ORDER BY {TRACE_ORDERS[order]} LIMIT ?
+    """
+    return _df(con, sql, [*params, limit * 20, limit])
+
+
+def trace_steps(con: duckdb.DuckDBPyConnection, trace_id: str) -> pd.DataFrame:
+    """Every LLM call and tool call of a trace, in time order."""
+    sql = """
+        SELECT 'llm' AS kind, span_id, start_ns, end_ns, start_time, model AS name, input_tokens, output_tokens,
+               NULL::BIGINT AS view_tokens, NULL::BIGINT AS raw_tokens, NULL::BIGINT AS raw_bytes,
+               NULL::BIGINT AS view_bytes, NULL::BOOLEAN AS truncated, NULL AS status
+        FROM llm_calls WHERE trace_id = ?
+        UNION ALL
+        SELECT 'tool', span_id, start_ns, end_ns, start_time, tool_name, NULL, NULL,
+               view_tokens, raw_tokens, raw_bytes, view_bytes, truncated, status
+        FROM tool_calls WHERE trace_id = ?
+        ORDER BY start_ns, kind
+    """
+    return _df(con, sql, [trace_id, trace_id])
+
+
+def tool_call(con: duckdb.DuckDBPyConnection, trace_id: str, span_id: str) -> dict[str, Any] | None:
+    """Every stored figure of one tool call."""
+    cur = con.execute("SELECT * FROM tool_calls WHERE trace_id = ? AND span_id = ?", [trace_id, span_id])
+    row = cur.fetchone()
+    if row is None:
+        return None
+    return dict(zip([d[0] for d in cur.description], row, strict=True))
+
+
+def context_occupancy(con: duckdb.DuckDBPyConnection, trace_id: str) -> pd.DataFrame:
+    """For each LLM call of a trace: tokens in the window by source.
+
+    Each tool's results count from the first LLM call after they ended; "everything else"
+    is the call's reported input tokens minus those results (when the call reported them).
+    Columns: step, llm_span_id, source, tokens.
+    """
+    sql = """
+        WITH l AS (
+            SELECT span_id, start_ns, input_tokens, row_number() OVER (ORDER BY start_ns) AS step
+            FROM llm_calls WHERE trace_id = ?
+        ),
+        t AS (SELECT tool_name, end_ns, coalesce(view_tokens, 0) AS tokens FROM tool_calls WHERE trace_id = ?),
+        per_tool AS (
+            SELECT l.step, l.span_id, t.tool_name AS source, sum(t.tokens) AS tokens
+            FROM l JOIN t ON t.end_ns <= l.start_ns GROUP BY ALL
+        ),
+        rest AS (
+            SELECT l.step, l.span_id, 'everything else' AS source,
+                   greatest(l.input_tokens - coalesce(sum(p.tokens), 0), 0) AS tokens
+            FROM l LEFT JOIN per_tool p ON p.step = l.step
+            WHERE l.input_tokens IS NOT NULL GROUP BY l.step, l.span_id, l.input_tokens
+        )
+        SELECT step, span_id AS llm_span_id, source, tokens FROM per_tool
+        UNION ALL SELECT step, span_id, source, tokens FROM rest
+        ORDER BY step, source
+    """
+    return _df(con, sql, [trace_id, trace_id])
+
+
+# --- alerts --------------------------------------------------------------------------------
+
+
+def alerts(con: duckdb.DuckDBPyConnection) -> pd.DataFrame | None:
+    """Open alerts, or None when this store has no alerts table yet."""
+    exists = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'alerts'").fetchone()
+    if not exists or not exists[0]:
+        return None
+    return con.execute("SELECT * FROM alerts ORDER BY 1 DESC").df()

@@ -17,7 +17,7 @@ from dashboard import queries
 from dashboard.connection import db_path, run_query
 from dashboard.state import CACHE_TTL_S
 
-st.set_page_config(page_title="toolmeter", page_icon="📏", layout="wide")
+st.set_page_config(page_title="toolmeter", page_icon=":material/straighten:", layout="wide")
 
 DB = db_path(sys.argv[1:])
 st.session_state["db"] = DB
@@ -57,9 +57,20 @@ def _sidebar() -> Filters | None:
 
 filters = _sidebar()
 st.session_state["filters"] = filters
+if filters is not None:
+    st.session_state["tool_names"] = list(filters.tools) or _options(DB)[0]["tools"]
 
 pages = [
-    st.Page("app_pages/window_eaters.py", title="Window eaters", icon="🍽️", default=True),
+    st.Page(
+        "app_pages/window_eaters.py",
+        title="Window eaters",
+        icon=":material/leaderboard:",
+        default=True,
+        url_path="eaters",
+    ),
+    st.Page("app_pages/tool_detail.py", title="Tool detail", icon=":material/query_stats:", url_path="tool"),
+    st.Page("app_pages/replay.py", title="Trace replay", icon=":material/replay:", url_path="replay"),
+    st.Page("app_pages/alerts.py", title="Alerts", icon=":material/notifications:", url_path="alerts"),
 ]
 nav = st.navigation(pages)
 if filters is None:

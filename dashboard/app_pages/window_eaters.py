@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 
@@ -18,8 +20,12 @@ BY_LABELS = {"view": "p99 view tokens", "raw": "p99 raw tokens", "bytes": "p99 b
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
-def _load(path: str, f: Filters, by: str) -> tuple[pd.DataFrame, dict[str, float]]:
-    return run_query(path, lambda con: (queries.tool_ranking(con, f, by), queries.kpis(con, f)))
+def _load(path: str, f: Filters, by: str) -> tuple[pd.DataFrame, dict[str, Any]]:
+    def q(con: Any) -> tuple[pd.DataFrame, dict[str, Any]]:
+        table = queries.tool_ranking(con, f, by)
+        return table, queries.kpis(con, table)
+
+    return run_query(path, q)
 
 
 st.title("Window eaters")

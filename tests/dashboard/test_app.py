@@ -1,4 +1,4 @@
-"""The Streamlit pages, run with AppTest on the sample store."""
+"""Every page of the Streamlit app, run with AppTest on the sample store."""
 
 from pathlib import Path
 
@@ -8,25 +8,79 @@ from streamlit.testing.v1 import AppTest
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "streamlit_app.py")
 
 
-def run_app(db: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TOOLMETER_DB", db)
+def run_app(mp: pytest.MonkeyPatch, db: str, page: str | None = None, **query: str) -> AppTest:
+    """Run the app on ``db`` (through $TOOLMETER_DB, which stays set for later reruns)."""
+    mp.setenv("TOOLMETER_DB", db)
+    at = AppTest.from_file(APP, default_timeout=90)
+    for key, value in query.items():
+        at.query_params[key] = value
+    at.run()
+    if page:
+        at.switch_page(page)
         at.run()
+    assert not at.exception, [e.value for e in at.exception]
     return at
 
 
-def test_window_eaters_ranks_the_sample_tools(sample_store: str) -> None:
-    at = run_app(sample_store)
-    assert not at.exception
+def test_window_eaters_ranks_the_sample_tools(monkeypatch: pytest.MonkeyPatch, sample_store: str) -> None:
+    at = run_app(monkeypatch, sample_store)
     assert at.title[0].value == "Window eaters"
-    labels = [m.label for m in at.metric]
-    assert "tool calls" in labels and "window cost" in labels
+    assert {m.label for m in at.metric} >= {"tool calls", "window cost", "truncated results"}
     table = at.dataframe[0].value
-    assert {"search_orders", "fetch_pod_logs", "list_github_issues"} <= set(table["tool"])
+    assert table["tool"].iloc[0] == "search_orders"
+    assert {"fetch_pod_logs", "list_github_issues", "get_customer_orders"} <= set(table["tool"])
 
 
-def test_missing_store_says_what_to_do(tmp_path: Path) -> None:
-    at = run_app(str(tmp_path / "nothing.duckdb"))
+def test_rank_by_window_cost_and_filters_change_the_table(monkeypatch: pytest.MonkeyPatch, sample_store: str) -> None:
+    at = run_app(monkeypatch, sample_store)
+    all_calls = at.metric[0].value
+    at.radio(key="rank_by").set_value("cost").run()
+    assert at.dataframe[0].value["tool"].iloc[0] == "search_orders"
+    at.multiselect(key="f_services").set_value(["sre-agent"]).run()
     assert not at.exception
+    assert at.metric[0].value != all_calls
+    assert "search_orders" not in set(at.dataframe[0].value["tool"])
+
+
+def test_tool_detail_marks_the_schema_change(monkeypatch: pytest.MonkeyPatch, sample_store: str) -> None:
+    at = run_app(monkeypatch, sample_store, "app_pages/tool_detail.py", tool="search_orders")
+    assert at.title[0].value == "Tool detail"
+    assert at.selectbox(key="detail_tool").value == "search_orders"
+    text = " ".join(m.value for m in at.markdown)
+    assert "Schema changed on 2026-11-16" in text and "raw_payload" in text
+    assert {m.label for m in at.metric} >= {"p50", "p95", "p99", "budget"}
+
+
+def test_replay_shows_the_refund_row_as_a_retained_range(monkeypatch: pytest.MonkeyPatch, sample_store: str) -> None:
+    import duckdb
+
+    con = duckdb.connect(sample_store, read_only=True)
+    trace_id, span_id = con.execute(
+        "SELECT trace_id, span_id FROM tool_calls WHERE tool_name = 'get_customer_orders' AND len(retained_ranges) = 2 LIMIT 1"
+    ).fetchone()  # type: ignore[misc]
+    con.close()
+    at = run_app(monkeypatch, sample_store, "app_pages/replay.py", trace=trace_id, span=span_id)
+    assert at.title[0].value == "Trace replay"
+    banner = at.warning[0].value
+    assert "Truncated" in banner and "declared" in banner and "Retained byte ranges" in banner
+    html = " ".join(h.proto.body for h in at.get("html"))
+    assert "<mark" in html and "refund_pending" in html
+
+
+def test_alerts_page_has_an_honest_empty_state(monkeypatch: pytest.MonkeyPatch, sample_store: str) -> None:
+    at = run_app(monkeypatch, sample_store, "app_pages/alerts.py")
+    assert "nothing to show" in at.info[0].value
+
+
+def test_missing_store_says_what_to_do(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    at = run_app(monkeypatch, str(tmp_path / "nothing.duckdb"))
     assert any("toolmeter demo" in e.value for e in at.error)
+
+
+def test_empty_store_says_how_to_send_traces(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from collector.store import Store
+
+    db = str(tmp_path / "empty.duckdb")
+    Store(db).ensure_schema()
+    at = run_app(monkeypatch, db)
+    assert any("ToolResultProcessor" in i.value for i in at.info)

@@ -1,0 +1,156 @@
+"""Trace replay: each LLM call and tool call in order; raw results beside what the model saw."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from collector.payload_store import Payload, load_payload
+from collector.report import Filters
+from dashboard import charts, queries
+from dashboard.connection import run_query
+from dashboard.excerpt import excerpt, to_html
+from dashboard.format import human_bytes, human_tokens
+from dashboard.state import CACHE_TTL_S
+
+DB: str = st.session_state["db"]
+filters: Filters = st.session_state["filters"]
+tools: list[str] = st.session_state["tool_names"]
+
+VIEW_PREVIEW_CHARS = 20_000
+ORDER_LABELS = {"largest": "largest result first", "truncated": "with truncated results", "newest": "newest first"}
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
+def _traces(path: str, f: Filters, order: str, prefix: str, tool: str | None) -> pd.DataFrame:
+    return run_query(path, lambda con: queries.find_traces(con, f, order, prefix, tool))
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
+def _trace(path: str, trace_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    return run_query(path, lambda con: (queries.trace_steps(con, trace_id), queries.context_occupancy(con, trace_id)))
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
+def _call(path: str, trace_id: str, span_id: str) -> tuple[dict[str, Any] | None, Payload | None, Payload | None]:
+    def q(con: Any) -> tuple[dict[str, Any] | None, Payload | None, Payload | None]:
+        return (
+            queries.tool_call(con, trace_id, span_id),
+            load_payload(con, path, trace_id, span_id, "raw"),
+            load_payload(con, path, trace_id, span_id, "view"),
+        )
+
+    return run_query(path, q)
+
+
+st.title("Trace replay")
+wanted_trace = st.query_params.get("trace", "")
+wanted_span = st.query_params.get("span", "")
+
+c1, c2, c3 = st.columns([2, 2, 2])
+prefix = c1.text_input("trace id", value=wanted_trace, placeholder="paste a trace id or its first characters")
+tool_filter = c2.selectbox("containing tool", [None, *tools], format_func=lambda t: "any tool" if t is None else t)
+order = c3.radio("order", list(ORDER_LABELS), format_func=ORDER_LABELS.__getitem__, horizontal=True)
+found = _traces(DB, filters, order, prefix, tool_filter)
+if found.empty:
+    st.info("No trace matches. Clear the trace id or pick another tool.")
+    st.stop()
+
+
+def _label(i: int) -> str:
+    r = found.iloc[i]
+    return (f"{r['trace_id'][:12]}… · {r['service']} · {pd.Timestamp(r['started']):%Y-%m-%d %H:%M} · "
+            f"{r['tool_calls']} tool calls · largest {human_tokens(r['max_view_tokens'])} tokens"
+            + (f" · {r['truncated_calls']} truncated" if r["truncated_calls"] else ""))  # fmt: skip
+
+
+pick = st.selectbox("trace", range(len(found)), format_func=_label, key=f"trace_pick_{order}_{prefix}_{tool_filter}")
+trace_id = str(found.iloc[pick]["trace_id"])
+steps, occupancy = _trace(DB, trace_id)
+
+st.subheader("Context window, call by call")
+st.plotly_chart(charts.context_occupancy(occupancy), width="stretch")
+
+st.subheader("Steps")
+tool_steps = steps[steps["kind"] == "tool"].reset_index(drop=True)
+shown = pd.DataFrame(
+    {
+        "#": range(1, len(steps) + 1),
+        "kind": steps["kind"].map({"llm": "LLM call", "tool": "tool call"}),
+        "name": steps["name"],
+        "input tokens": steps["input_tokens"].map(human_tokens),
+        "view tokens": steps["view_tokens"].map(human_tokens),
+        "raw tokens": steps["raw_tokens"].map(human_tokens),
+        "truncated": steps["truncated"].map(lambda v: "yes" if v is True else ""),
+        "status": steps["status"].fillna(""),
+    }
+)
+st.dataframe(shown, hide_index=True, width="stretch", height=min(38 * (len(shown) + 1), 420))
+
+if tool_steps.empty:
+    st.info("This trace has no tool calls.")
+    st.stop()
+spans = list(tool_steps["span_id"])
+default_i = spans.index(wanted_span) if wanted_span in spans else int(tool_steps["view_tokens"].fillna(-1).idxmax())
+i = st.select_slider(
+    "tool call",
+    options=list(range(len(spans))),
+    value=default_i,
+    format_func=lambda k: f"{k + 1}. {tool_steps.iloc[k]['name']} ({human_tokens(tool_steps.iloc[k]['view_tokens'])})",
+)
+call, raw, view = _call(DB, trace_id, spans[i])
+if call is None:
+    st.error("This tool call is no longer in the store.")
+    st.stop()
+
+st.subheader(f"{call['tool_name']}  ·  step {i + 1} of {len(spans)} tool calls")
+if call["truncated"]:
+    ranges = call["retained_ranges"] or []
+    source = call["truncation_source"] or "unknown"
+    st.warning(
+        f"**Truncated** ({call['truncation_kind'] or 'unknown'}; {source}). "
+        f"The tool produced **{human_bytes(call['raw_bytes'])} / {human_tokens(call['raw_tokens'])} tokens**; "
+        f"the model was shown **{human_bytes(call['view_bytes'])} / {human_tokens(call['view_tokens'])} tokens**. "
+        f"Retained byte ranges ({call['retained_source'] or 'none'}): "
+        + (", ".join(f"{s:,}–{e:,}" for s, e in ranges[:12]) + (" …" if len(ranges) > 12 else "") if ranges else "none")
+        + (f". Omitted: {human_bytes(call['omitted_bytes'])}." if call["omitted_bytes"] is not None else ".")
+    )  # fmt: skip
+cols = st.columns(6)
+cols[0].metric("raw tokens", human_tokens(call["raw_tokens"]))
+cols[1].metric("view tokens", human_tokens(call["view_tokens"]))
+cols[2].metric("raw bytes", human_bytes(call["raw_bytes"]))
+cols[3].metric("budget", human_tokens(call["budget_tokens"]) if call["budget_tokens"] else "none")
+cols[4].metric("shape", call["shape"] or "–")
+cols[5].metric("status", call["status"])
+for w in call["warnings"] or []:
+    st.caption(f"⚠ {w}")
+
+left, right = st.columns(2)
+with left:
+    st.markdown("**Raw result** (what the tool produced; retained ranges marked)")
+    if raw is None:
+        st.info("No raw payload stored for this call (numbers-only store, or the span carried none).")
+    else:
+        if raw.cut:
+            st.caption(
+                f"Stored as head and tail only: {human_bytes(raw.omitted_bytes)} in the middle were over the payload cap."
+            )
+        st.html(to_html(excerpt(raw, call["retained_ranges"])))
+        if st.toggle("show the whole stored raw payload", key=f"full_{spans[i]}"):
+            st.code((raw.head + raw.tail).decode("utf-8", errors="replace"), language=None, wrap_lines=True)
+with right:
+    st.markdown("**Model-facing view** (what the model was shown)")
+    if view is not None:
+        text = (view.head + view.tail).decode("utf-8", errors="replace")
+    elif call["view_source"] == "raw" and raw is not None:
+        text = (raw.head + raw.tail).decode("utf-8", errors="replace")
+        st.caption("No separate view: the model was shown the raw result.")
+    else:
+        text = ""
+        st.info("No view payload stored.")
+    if text:
+        st.code(text[:VIEW_PREVIEW_CHARS], language=None, wrap_lines=True)
+        if len(text) > VIEW_PREVIEW_CHARS and st.toggle("show the whole view", key=f"fullview_{spans[i]}"):
+            st.code(text, language=None, wrap_lines=True)

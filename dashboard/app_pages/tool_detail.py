@@ -1,0 +1,97 @@
+"""Tool detail: the distribution of one tool's result sizes, and its envelope over time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from collector.report import Filters
+from dashboard import charts, queries
+from dashboard.connection import run_query
+from dashboard.format import human_bytes, human_tokens
+from dashboard.state import CACHE_TTL_S
+
+DB: str = st.session_state["db"]
+filters: Filters = st.session_state["filters"]
+tools: list[str] = st.session_state["tool_names"]
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
+def _load(path: str, f: Filters, tool: str, metric: str) -> dict[str, Any]:
+    def q(con):  # type: ignore[no-untyped-def]
+        return {
+            "hist": queries.size_histogram(con, f, tool, metric),
+            "pcts": queries.size_percentiles(con, f, tool, metric),
+            "daily": queries.daily_envelope(con, f, tool),
+            "changes": queries.schema_changes(con, f, tool),
+            "largest": queries.largest_calls(con, f, tool),
+        }
+
+    return run_query(path, q)
+
+
+st.title("Tool detail")
+if not tools:
+    st.info("No tools match the filters.")
+    st.stop()
+default = st.query_params.get("tool")
+index = tools.index(default) if default in tools else 0
+tool = st.selectbox("tool", tools, index=index, key="detail_tool")
+metric = st.radio("size", list(queries.SIZE_METRICS), format_func=queries.SIZE_METRICS.__getitem__,
+                  horizontal=True, key="detail_metric")  # fmt: skip
+data = _load(DB, filters, tool, metric)
+pcts = data["pcts"]
+fmt = human_bytes if metric == "raw_bytes" else human_tokens
+c1, c2, c3, c4, c5 = st.columns(5)
+c1.metric("calls", f"{pcts['calls']:,}")
+c2.metric("p50", fmt(pcts["p50"]))
+c3.metric("p95", fmt(pcts["p95"]))
+c4.metric("p99", fmt(pcts["p99"]))
+c5.metric("budget", human_tokens(pcts["budget_tokens"]) if pcts["budget_tokens"] else "none")
+
+budget = pcts["budget_tokens"] if metric != "raw_bytes" else None
+st.subheader("Distribution of result sizes")
+st.plotly_chart(charts.size_histogram(data["hist"], pcts, queries.SIZE_METRICS[metric], budget), width="stretch")
+
+st.subheader("Envelope over time")
+changes: list[queries.SchemaChange] = data["changes"]
+st.plotly_chart(charts.envelope_over_time(data["daily"], [c.day for c in changes], pcts["budget_tokens"]),
+                width="stretch")  # fmt: skip
+for change in changes:
+    with st.container(border=True):
+        st.markdown(f"**Schema changed on {change.day}**: fingerprint `{change.before}` → `{change.after}`")
+        if change.added:
+            st.markdown("fields added: " + ", ".join(f"`{f}`" for f in change.added))
+        if change.removed:
+            st.markdown("fields removed: " + ", ".join(f"`{f}`" for f in change.removed))
+        if change.changed:
+            st.markdown("types changed: " + ", ".join(f"`{f}`" for f in change.changed))
+if not changes:
+    st.caption("No schema change: the dominant fingerprint stayed the same (or results are not JSON).")
+
+st.subheader("Largest calls")
+largest = data["largest"]
+if largest.empty:
+    st.info("No calls.")
+else:
+    table = pd.DataFrame(
+        {
+            "replay": [
+                f"replay?trace={t}&span={s}" for t, s in zip(largest["trace_id"], largest["span_id"], strict=True)
+            ],
+            "when": largest["start_time"],
+            "service": largest["service_name"],
+            "view tokens": largest["view_tokens"].map(human_tokens),
+            "raw tokens": largest["raw_tokens"].map(human_tokens),
+            "raw bytes": largest["raw_bytes"].map(human_bytes),
+            "truncated": largest["truncated"].map(lambda v: "yes" if v else ""),
+            "over budget": largest["over_budget"].map(lambda v: "yes" if v else ""),
+            "status": largest["status"],
+        }
+    )
+    st.dataframe(
+        table, hide_index=True, width="stretch",
+        column_config={"replay": st.column_config.LinkColumn("replay", display_text="open trace")},
+    )  # fmt: skip

@@ -1,0 +1,132 @@
+"""The dashboard in a real headless Chromium, served by `toolmeter dashboard` on loopback.
+
+Screenshots of every page are saved in test-artifacts/screenshots/ for a developer to look at.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / "test-artifacts" / "screenshots"
+CHROMIUM = os.environ.get("TOOLMETER_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def dashboard_url(sample_store: str) -> Iterator[str]:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "collector", "dashboard", "--db", sample_store, "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    out = proc.stdout.read() if proc.stdout else ""
+                    pytest.fail(f"dashboard did not start: {out}")
+                time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        if proc.stdout:
+            proc.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def page(dashboard_url: str):  # type: ignore[no-untyped-def]
+    if CHROMIUM is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed; .ci/run installs Debian's chromium and chromium-driver")
+        pytest.skip("chromium is not installed (apt-get install chromium chromium-driver)")
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"],
+        )
+        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+        yield pg
+        browser.close()
+
+
+def _settle(pg, title: str, charts: int) -> None:  # type: ignore[no-untyped-def]
+    """Wait until the page's title is up, the script has finished and ``charts`` plotly charts are drawn."""
+    pg.get_by_role("heading", name=title).wait_for(timeout=60_000)
+    pg.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000
+    )  # the "Running..." widget is gone
+    for i in range(charts):
+        chart = pg.locator('[data-testid="stPlotlyChart"]').nth(i)
+        chart.scroll_into_view_if_needed(timeout=60_000)
+        chart.locator(".main-svg").first.wait_for(timeout=60_000)
+    assert pg.locator('[data-testid="stException"]').count() == 0
+
+
+def test_window_eaters_in_a_browser(page, dashboard_url: str) -> None:  # type: ignore[no-untyped-def]
+    page.goto(f"{dashboard_url}/")
+    _settle(page, "Window eaters", charts=1)
+    bars = page.locator('[data-testid="stPlotlyChart"] .ytick text').evaluate_all("els => els.map(e => e.textContent)")
+    assert bars[-1] == "search_orders"  # plotly lists ticks bottom-up: the top bar is last
+    page.screenshot(path=str(SHOTS / "window_eaters.png"), full_page=True)
+
+
+def test_tool_detail_in_a_browser(page, dashboard_url: str) -> None:  # type: ignore[no-untyped-def]
+    page.goto(f"{dashboard_url}/tool?tool=search_orders")
+    _settle(page, "Tool detail", charts=2)
+    body = page.inner_text("body")
+    assert "Schema changed on 2026-11-16" in body and "raw_payload" in body
+    assert "schema changed" in page.locator('[data-testid="stPlotlyChart"]').nth(1).inner_text()
+    page.screenshot(path=str(SHOTS / "tool_detail.png"), full_page=True)
+
+
+def test_replay_in_a_browser(page, dashboard_url: str, sample_store: str) -> None:  # type: ignore[no-untyped-def]
+    import duckdb
+
+    con = duckdb.connect(sample_store, read_only=True)
+    trace_id, span_id = con.execute(
+        "SELECT trace_id, span_id FROM tool_calls WHERE tool_name = 'get_customer_orders' AND len(retained_ranges) = 2 LIMIT 1"
+    ).fetchone()  # type: ignore[misc]
+    con.close()
+    page.goto(f"{dashboard_url}/replay?trace={trace_id}&span={span_id}")
+    _settle(page, "Trace replay", charts=1)
+    assert "Truncated" in page.inner_text('[data-testid="stAlert"]')
+    marks = page.locator(".tm-excerpt mark")
+    assert marks.count() >= 2
+    assert any("refund_pending" in t for t in marks.all_inner_texts())
+    page.screenshot(path=str(SHOTS / "replay.png"), full_page=True)
+
+
+def test_alerts_in_a_browser(page, dashboard_url: str) -> None:  # type: ignore[no-untyped-def]
+    page.goto(f"{dashboard_url}/alerts")
+    _settle(page, "Alerts", charts=0)
+    page.get_by_text("nothing to show", exact=False).wait_for(timeout=30_000)
+    assert "nothing to show" in page.inner_text("body")
+    page.screenshot(path=str(SHOTS / "alerts.png"), full_page=True)

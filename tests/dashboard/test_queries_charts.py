@@ -1,0 +1,150 @@
+"""Dashboard queries, charts and excerpts on the sample store, without Streamlit."""
+
+import duckdb
+import pytest
+
+from collector.payload_store import Payload
+from collector.report import Filters
+from collector.store import read_connection
+from dashboard import charts, queries
+from dashboard.excerpt import excerpt, to_html
+from dashboard.format import human_bytes, human_tokens, percent
+
+
+@pytest.fixture
+def con(sample_store: str):  # type: ignore[no-untyped-def]
+    with read_connection(sample_store) as c:
+        yield c
+
+
+def test_ranking_and_kpis(con: duckdb.DuckDBPyConnection) -> None:
+    table = queries.tool_ranking(con, Filters(), "view")
+    assert list(table["view_tokens_p99"]) == sorted(table["view_tokens_p99"], reverse=True)
+    k = queries.kpis(con, table)
+    assert k["calls"] == int(table["calls"].sum())
+    assert 0 < k["top_tool_share"] <= 1 and k["truncated"] > 0
+
+
+def test_filters_change_results(con: duckdb.DuckDBPyConnection) -> None:
+    everything = queries.tool_ranking(con, Filters(), "view")
+    one_service = queries.tool_ranking(con, Filters(services=("sre-agent",)), "view")
+    assert set(one_service["tool"]) < set(everything["tool"])
+    assert "fetch_pod_logs" in set(one_service["tool"])
+    only = queries.tool_ranking(con, Filters(tools=("run_sql",)), "view")
+    assert list(only["tool"]) == ["run_sql"]
+    import datetime as dt
+
+    early = queries.tool_ranking(con, Filters(until=dt.datetime(2026, 11, 12)), "view")
+    assert early["calls"].sum() < everything["calls"].sum()
+
+
+def test_histogram_counts_every_call(con: duckdb.DuckDBPyConnection) -> None:
+    hist = queries.size_histogram(con, Filters(), "search_orders", "view_tokens")
+    pcts = queries.size_percentiles(con, Filters(), "search_orders", "view_tokens")
+    assert hist["calls"].sum() == pcts["calls"]
+    assert (hist["lo"] < hist["hi"]).all()
+    assert pcts["budget_tokens"] == 25_000
+    with pytest.raises(ValueError, match="metric='bogus'"):
+        queries.size_histogram(con, Filters(), "search_orders", "bogus")
+
+
+def test_schema_change_of_search_orders_is_found_with_the_added_field(con: duckdb.DuckDBPyConnection) -> None:
+    changes = queries.schema_changes(con, Filters(), "search_orders")
+    assert len(changes) == 1
+    assert str(changes[0].day)[:10] == "2026-11-16"
+    assert changes[0].added == ("$[].raw_payload:string",) and not changes[0].removed
+
+
+def test_diff_fields() -> None:
+    added, removed, changed = queries.diff_fields(["$.a:string", "$.b:integer"], ["$.a:integer", "$.c:string"])
+    assert (added, removed, changed) == (("$.c:string",), ("$.b:integer",), ("$.a: string -> integer",))
+
+
+def test_trace_replay_queries(con: duckdb.DuckDBPyConnection) -> None:
+    traces = queries.find_traces(con, Filters(), "largest")
+    assert list(traces["max_view_tokens"]) == sorted(traces["max_view_tokens"], reverse=True)
+    truncated = queries.find_traces(con, Filters(), "truncated")
+    assert (truncated["truncated_calls"] > 0).all()
+    by_tool = queries.find_traces(con, Filters(), "largest", tool="fetch_pod_logs")
+    assert by_tool["tools"].str.contains("fetch_pod_logs").all()
+    trace_id = str(traces.iloc[0]["trace_id"])
+    assert len(queries.find_traces(con, Filters(), "largest", trace_id=trace_id[:8])) >= 1
+    steps = queries.trace_steps(con, trace_id)
+    assert list(steps["start_ns"]) == sorted(steps["start_ns"])
+    assert {"llm", "tool"} == set(steps["kind"])
+    occ = queries.context_occupancy(con, trace_id)
+    assert set(occ["step"]) == set(range(1, int((steps["kind"] == "llm").sum()) + 1))
+    call = queries.tool_call(con, trace_id, str(steps[steps["kind"] == "tool"].iloc[0]["span_id"]))
+    assert call is not None and call["trace_id"] == trace_id
+
+
+def test_occupancy_counts_a_result_from_the_next_llm_call_on(con: duckdb.DuckDBPyConnection) -> None:
+    trace_id = str(queries.find_traces(con, Filters(), "largest").iloc[0]["trace_id"])
+    steps = queries.trace_steps(con, trace_id)
+    occ = queries.context_occupancy(con, trace_id)
+    tool_rows = steps[steps["kind"] == "tool"]
+    first_tool = tool_rows.iloc[0]
+    llm_before = int((steps[steps["start_ns"] < first_tool["start_ns"]]["kind"] == "llm").sum())
+    per_tool = occ[occ["source"] == first_tool["name"]]
+    assert per_tool["step"].min() == llm_before + 1
+
+
+def test_charts_build_figures(con: duckdb.DuckDBPyConnection) -> None:
+    table = queries.tool_ranking(con, Filters(), "view")
+    fig = charts.ranking_bar(table, "view")
+    assert fig.data[0].y[-1] == table["tool"].iloc[0]  # largest drawn on top
+    assert any(t.name == "budget" for t in fig.data)
+    pcts = queries.size_percentiles(con, Filters(), "search_orders", "view_tokens")
+    hist = charts.size_histogram(
+        queries.size_histogram(con, Filters(), "search_orders", "view_tokens"), pcts, "t", 25_000
+    )
+    assert hist.layout.xaxis.type == "log"
+    texts = [a.text for a in hist.layout.annotations]
+    assert any(t.startswith("p99") for t in texts) and any(t.startswith("budget") for t in texts)
+    daily = queries.daily_envelope(con, Filters(), "search_orders")
+    env = charts.envelope_over_time(daily, ["2026-11-16"], 25_000)
+    assert any(a.text == "schema changed" for a in env.layout.annotations)
+    trace_id = str(queries.find_traces(con, Filters(), "largest").iloc[0]["trace_id"])
+    occ = charts.context_occupancy(queries.context_occupancy(con, trace_id))
+    assert occ.layout.barmode == "stack" and occ.data[-1].name == "everything else"
+
+
+def test_empty_charts_say_so() -> None:
+    import pandas as pd
+
+    assert charts.ranking_bar(pd.DataFrame(), "view").layout.title.text == "No tool calls yet"
+    assert charts.context_occupancy(pd.DataFrame()).layout.title.text.startswith("No LLM calls")
+
+
+def test_excerpt_marks_retained_ranges_and_counts_gaps() -> None:
+    raw = b"".join(b"row %05d payload\n" % i for i in range(5000))
+    p = Payload(total_bytes=len(raw), cut=False, head=raw, tail=b"", sha256=None)
+    pieces = excerpt(p, [[0, 100], [50_000, 50_060]])
+    kinds = [x.kind for x in pieces]
+    assert kinds[0] == "retained" and "gap" in kinds
+    retained = [x for x in pieces if x.kind == "retained"]
+    assert [(x.start, x.end) for x in retained] == [(0, 100), (50_000, 50_060)]
+    assert retained[1].text == raw[50_000:50_060].decode()
+    covered = sum(x.end - x.start for x in pieces)
+    assert covered == len(raw)
+    html_text = to_html(pieces)
+    assert "<mark" in html_text and "bytes not retained" in html_text
+
+
+def test_excerpt_of_a_payload_stored_as_head_and_tail() -> None:
+    raw = bytes(range(97, 123)) * 40_000  # ~1 MB
+    head, tail = raw[:1000], raw[-1000:]
+    p = Payload(total_bytes=len(raw), cut=True, head=head, tail=tail, sha256="x")
+    pieces = excerpt(p, [[0, 500], [len(raw) - 200, len(raw)]])
+    assert [x.kind for x in pieces if x.kind != "context"][:2] == ["retained", "gap"]
+    assert pieces[-1].kind in ("retained", "context")
+    big = excerpt(p, [[500, 5000]])
+    assert any(x.kind == "not_stored" for x in big)
+
+
+def test_human_formats() -> None:
+    assert human_tokens(12_400) == "12.4k" and human_tokens(None) == "–" and human_tokens(float("nan")) == "–"
+    assert human_bytes(3_100_000) == "3.1 MB" and percent(0.071) == "7%"
+    import pandas as pd
+
+    assert human_tokens(pd.NA) == "–"
