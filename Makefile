@@ -34,6 +34,7 @@ typecheck: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_collector.py
+	$(BIN)/python benchmarks/bench_dashboard.py
 
 clean:
 	rm -rf $(VENV) toolmeter-demo.duckdb .pytest_cache .mypy_cache .ruff_cache

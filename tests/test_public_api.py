@@ -27,3 +27,12 @@ def test_collector_never_imports_the_dashboard_stack() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_dashboard_queries_and_charts_are_plain_functions() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, dashboard.queries, dashboard.charts, dashboard.excerpt; print('streamlit' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

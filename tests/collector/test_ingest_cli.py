@@ -188,3 +188,12 @@ def test_sample_schema_change_is_visible_in_fingerprints(sample_db: str) -> None
         ).fetchall()
     assert len(rows) == 2
     assert str(rows[1][1]) == "2026-11-16" and rows[1][2] and not rows[0][2]
+
+
+def test_demo_without_dashboard_loads_the_samples_and_prints_the_ranking(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    db = str(tmp_path / "demo.duckdb")
+    assert main(["demo", "--db", db, "--no-dashboard"]) == 0
+    out = capsys.readouterr().out
+    assert "tool calls" in out and out.index("search_orders") < out.index("fetch_pod_logs")
+    assert main(["demo", "--db", db, "--no-dashboard"]) == 0  # rebuilt, not doubled
+    assert top_json(db, capsys)[0]["tool"] == "search_orders"
