@@ -82,7 +82,7 @@ def test_reader_waits_for_a_short_lock_and_names_a_long_one(tmp_path: Path) -> N
 
 def test_missing_store_is_named(tmp_path: Path) -> None:
     with (
-        pytest.raises(StoreError, match="no toolmeter store at .*toolmeter demo"),
+        pytest.raises(StoreError, match=r"no toolmeter store at .*toolmeter demo"),
         read_connection(tmp_path / "x.duckdb"),
     ):
         pass
