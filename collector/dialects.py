@@ -52,6 +52,20 @@ class SpanData:
     source: str = "process"
 
 
+@dataclass(frozen=True)
+class LogData:
+    """One OTLP log record (event), independent of where it came from."""
+
+    time_ns: int
+    attributes: Mapping[str, Any]
+    body: Any = None
+    event_name: str | None = None
+    trace_id: str | None = None
+    span_id: str | None = None
+    resource: Mapping[str, Any] = field(default_factory=dict)
+    source: str = "process"
+
+
 def classify(name: str, attrs: Mapping[str, Any] | None) -> str | None:
     """Return ``"tool"``, ``"llm"`` or None for a span (cheap: runs in ``on_end``)."""
     if not attrs:
