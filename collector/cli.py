@@ -7,12 +7,15 @@ exits 1 when a file could not be read at all (the others are still loaded).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +162,31 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return _run_dashboard(args.db, args.port, args.host)
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from collector.receiver import DEFAULT_MAX_BODY_BYTES, MAX_BODY_ENV, TOKEN_ENV, ReceiverConfig, RunningReceiver
+
+    config = CollectorConfig.resolve(db=args.db, encoding=args.encoding)
+    rc = ReceiverConfig(
+        host=args.host,
+        port=args.port,
+        grpc_port=None if args.grpc_port == 0 else args.grpc_port,
+        token=args.token or os.environ.get(TOKEN_ENV) or None,
+        max_body_bytes=args.max_body_bytes or int(os.environ.get(MAX_BODY_ENV) or DEFAULT_MAX_BODY_BYTES),
+        spool_dir=args.spool,
+    )
+    running = RunningReceiver(config, rc)
+    grpc_note = f", OTLP/gRPC on {rc.host}:{running.grpc_port}" if running.grpc_port else ""
+    print(f"toolmeter receiving OTLP/HTTP on {running.url}{grpc_note}; store {config.db}", flush=True)
+    print(f"point agents at it: OTEL_EXPORTER_OTLP_ENDPOINT={running.url}", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with contextlib.suppress(KeyboardInterrupt):
+        stop.wait()
+    print("stopping: writing what is queued ...", flush=True)
+    running.stop()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toolmeter", description="Measure what each tool call puts into an agent's context window."
@@ -184,6 +212,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(func=cmd_top)
+
+    p = sub.add_parser("serve", help="receive OTLP traces and logs (HTTP and gRPC) from agents in any language")
+    p.add_argument("--db", default=db_default)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    p.add_argument("--port", type=int, default=4318, help="OTLP/HTTP port (default: %(default)s)")
+    p.add_argument(
+        "--grpc-port", type=int, default=4317, help="OTLP/gRPC port; 0 turns gRPC off (default: %(default)s)"
+    )
+    p.add_argument(
+        "--token", default=None, help="require 'Authorization: Bearer TOKEN' (or set TOOLMETER_RECEIVER_TOKEN)"
+    )
+    p.add_argument("--max-body-bytes", type=int, default=None, help="largest request accepted (default 64 MiB)")
+    p.add_argument("--spool", default=None, help="spool folder (default: <db>.spool)")
+    p.add_argument("--encoding", choices=ENCODINGS, default=None)
+    p.set_defaults(func=cmd_serve)
 
     for name, func, help_text in (
         ("dashboard", cmd_dashboard, "open the dashboard on a store"),

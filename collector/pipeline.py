@@ -43,6 +43,9 @@ class Counters:
     duplicates: int = 0
 
 
+LOG = "log"
+
+
 class Item(NamedTuple):
     """One span waiting to be measured, with payloads handed over in-process.
 
@@ -51,7 +54,7 @@ class Item(NamedTuple):
     """
 
     kind: str
-    span: SpanData
+    span: SpanData  # a LogData when kind is "log"
     raw: str | bytes | None = None
     view: str | bytes | None = None
 
@@ -119,6 +122,8 @@ class Pipeline:
                     llm, found = extract_llm_call(item.span)
                     issues += found
                     batch.llm_rows.append(asdict(llm))
+                elif item.kind == LOG:
+                    self._log_item(item, batch, issues)
             except Exception as e:  # one bad span must not cost the batch
                 failed += 1
                 logger.warning("toolmeter could not measure span %s: %s", item.span.span_id, e, exc_info=True)
@@ -146,6 +151,25 @@ class Pipeline:
         with self.lock:
             self.counters.failed += failed
         return batch
+
+    def _log_item(self, item: Item, batch: Batch, issues: list[Issue]) -> None:
+        """An OTLP log event: Claude Code's tool results and API requests."""
+        from collector import claude_code  # only receivers and ingest of logs need it
+
+        log = item.span
+        call, found = claude_code.tool_call_from_log(log)  # type: ignore[arg-type]
+        issues += found
+        if call is not None:
+            row, payloads = measure(call, self.counter)
+            batch.tool_rows.append(row)
+            if self.config.store_payloads:
+                cap = self.config.payload_cap_bytes
+                for k, d in payloads.items():
+                    batch.payload_rows.append(payload_row(self.payloads, call.trace_id, call.span_id, k, d, cap))
+            return
+        llm = claude_code.llm_call_from_log(log)  # type: ignore[arg-type]
+        if llm is not None:
+            batch.llm_rows.append(asdict(llm))
 
     def write(self, batch: Batch, queued: int = 0) -> WriteResult:
         """Write ``batch`` with the counters as of now; updates the counters on success."""

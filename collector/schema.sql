@@ -109,3 +109,12 @@ CREATE TABLE IF NOT EXISTS ingest_issues (
     field         VARCHAR,
     message       VARCHAR
 );
+
+-- How far each receiver's spool has been written into this store (see collector/spool.py).
+-- Updated in the same transaction as the rows, so a restart replays exactly what is missing.
+CREATE TABLE IF NOT EXISTS receiver_progress (
+    receiver_id  VARCHAR PRIMARY KEY,   -- the spool folder
+    segment      BIGINT,
+    "offset"     BIGINT,
+    updated_at   TIMESTAMP
+);

@@ -127,6 +127,15 @@ class Batch:
     payload_rows: list[dict[str, Any]] = field(default_factory=list)
     issue_rows: list[dict[str, Any]] = field(default_factory=list)
     stats: dict[str, Any] | None = None
+    progress: tuple[str, int, int] | None = None
+    """(receiver id, spool segment, offset) reached by this batch, committed with it."""
+
+    def extend(self, other: Batch) -> None:
+        """Add another batch's rows to this one (to write them in one transaction)."""
+        self.tool_rows += other.tool_rows
+        self.llm_rows += other.llm_rows
+        self.payload_rows += other.payload_rows
+        self.issue_rows += other.issue_rows
 
     def __len__(self) -> int:
         return len(self.tool_rows) + len(self.llm_rows) + len(self.issue_rows)
@@ -241,6 +250,25 @@ def recount_all_later_llm_calls(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def read_progress(path: str, receiver_id: str) -> tuple[int, int]:
+    """The spool position a receiver has written up to (0, 0 when none)."""
+    if not os.path.exists(path):
+        return 0, 0
+    con = _connect(path, read_only=True, wait_s=LOCK_RETRY_SECONDS)
+    try:
+        exists = con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'receiver_progress'"
+        ).fetchone()
+        if not exists or not exists[0]:
+            return 0, 0
+        row = con.execute(
+            'SELECT segment, "offset" FROM receiver_progress WHERE receiver_id = ?', [receiver_id]
+        ).fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+    finally:
+        con.close()
+
+
 class Store:
     """Writes batches into one DuckDB file, opening it only for the length of a batch."""
 
@@ -316,6 +344,12 @@ class Store:
             con.register("issue_batch", pa.Table.from_pylist(batch.issue_rows, schema=_ISSUE_SCHEMA))
             con.execute("INSERT INTO ingest_issues BY NAME SELECT now()::TIMESTAMP AS logged_at, * FROM issue_batch")
             con.unregister("issue_batch")
+        if batch.progress is not None:
+            con.execute(
+                'INSERT OR REPLACE INTO receiver_progress (receiver_id, segment, "offset", updated_at) '
+                "VALUES (?, ?, ?, now()::TIMESTAMP)",
+                list(batch.progress),
+            )
         duplicates = len(batch.tool_rows) - tools + len(batch.llm_rows) - llms
         if batch.stats is not None:
             # cumulative counters as of before this batch, plus what this batch did

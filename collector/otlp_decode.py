@@ -1,0 +1,195 @@
+"""Decode OTLP export requests (traces and logs; protobuf or JSON) at the edge.
+
+One public function per signal, :func:`decode_traces` and :func:`decode_logs`, returns
+plain :class:`SpanData` / :class:`LogData` records plus the number of items rejected and
+why (for OTLP's partial success). Protobuf bodies are parsed with the official
+``opentelemetry-proto`` messages; JSON bodies follow the OTLP/JSON encoding (hex ids,
+integers as strings).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+from collector.dialects import LogData, SpanData
+from collector.errors import InputError
+from collector.model import Issue
+from collector.otlp_json import any_value as json_any_value
+from collector.otlp_json import attributes as json_attributes
+from collector.otlp_json import spans_from_request
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+_STATUS = {0: "unset", 1: "ok", 2: "error"}
+
+
+@dataclass
+class Decoded:
+    """What one export request held."""
+
+    spans: list[SpanData] = field(default_factory=list)
+    logs: list[LogData] = field(default_factory=list)
+    rejected: int = 0
+    issues: list[Issue] = field(default_factory=list)
+
+    def rejection_message(self) -> str:
+        return "; ".join(i.message for i in self.issues if i.level == "error")[:2000]
+
+
+def _value(v: AnyValue) -> Any:
+    kind = v.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return [_value(x) for x in v.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: _value(kv.value) for kv in v.kvlist_value.values}
+    return getattr(v, kind)
+
+
+def _attrs(items: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    kv: KeyValue
+    for kv in items:
+        out[kv.key] = _value(kv.value)
+    return out
+
+
+def _spans_from_proto(req: ExportTraceServiceRequest, source: str, decoded: Decoded) -> Iterator[SpanData]:
+    for ri, rs in enumerate(req.resource_spans):
+        resource = _attrs(rs.resource.attributes)
+        for si, ss in enumerate(rs.scope_spans):
+            for pi, span in enumerate(ss.spans):
+                if len(span.trace_id) != 16 or len(span.span_id) != 8:
+                    decoded.rejected += 1
+                    decoded.issues.append(
+                        Issue(
+                            source,
+                            f"resource_spans[{ri}].scope_spans[{si}].spans[{pi}] has a trace_id of "
+                            f"{len(span.trace_id)} bytes and a span_id of {len(span.span_id)} bytes "
+                            "(OTLP requires 16 and 8); span rejected",
+                            level="error",
+                        )
+                    )
+                    continue
+                yield SpanData(
+                    name=span.name,
+                    trace_id=span.trace_id.hex(),
+                    span_id=span.span_id.hex(),
+                    parent_span_id=span.parent_span_id.hex() if len(span.parent_span_id) == 8 else None,
+                    start_ns=span.start_time_unix_nano,
+                    end_ns=span.end_time_unix_nano or span.start_time_unix_nano,
+                    attributes=_attrs(span.attributes),
+                    resource=resource,
+                    status_code=_STATUS.get(span.status.code, "unset"),
+                    status_message=span.status.message or None,
+                    dropped_attributes=span.dropped_attributes_count,
+                    source=source,
+                )
+
+
+def decode_traces(body: bytes, content_type: str, source: str) -> Decoded:
+    """Decode an ``ExportTraceServiceRequest``.
+
+    Raises:
+        InputError: the body is not a decodable request of that content type.
+    """
+    decoded = Decoded()
+    if content_type == PROTOBUF:
+        try:
+            req = ExportTraceServiceRequest.FromString(body)
+        except DecodeError as e:
+            raise InputError(f"body is not a protobuf ExportTraceServiceRequest ({e})") from e
+        decoded.spans = list(_spans_from_proto(req, source, decoded))
+        return decoded
+    doc = _json_body(body)
+    spans = list(spans_from_request(doc, source, decoded.issues))
+    decoded.rejected = sum(1 for i in decoded.issues if i.level == "error")
+    decoded.spans = spans
+    return decoded
+
+
+def _json_body(body: bytes) -> Any:
+    try:
+        doc = json.loads(body.decode("utf-8"))  # OTLP/JSON is UTF-8; json.loads(bytes) would guess
+    except UnicodeDecodeError as e:
+        raise InputError(f"JSON body is not valid UTF-8 (first bad byte at offset {e.start})") from e
+    except json.JSONDecodeError as e:
+        raise InputError(f"body is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from e
+    except RecursionError as e:
+        raise InputError("JSON body is nested too deeply to parse") from e
+    if not isinstance(doc, dict):
+        raise InputError(f"JSON body must be an object, got {type(doc).__name__}")
+    return doc
+
+
+def decode_logs(body: bytes, content_type: str, source: str) -> Decoded:
+    """Decode an ``ExportLogsServiceRequest`` into :class:`LogData` records.
+
+    Raises:
+        InputError: the body is not a decodable request of that content type.
+    """
+    decoded = Decoded()
+    if content_type == PROTOBUF:
+        try:
+            req = ExportLogsServiceRequest.FromString(body)
+        except DecodeError as e:
+            raise InputError(f"body is not a protobuf ExportLogsServiceRequest ({e})") from e
+        for rl in req.resource_logs:
+            resource = _attrs(rl.resource.attributes)
+            for sl in rl.scope_logs:
+                for rec in sl.log_records:
+                    decoded.logs.append(
+                        LogData(
+                            time_ns=rec.time_unix_nano or rec.observed_time_unix_nano,
+                            attributes=_attrs(rec.attributes),
+                            body=_value(rec.body),
+                            event_name=rec.event_name or None,
+                            trace_id=rec.trace_id.hex() if len(rec.trace_id) == 16 else None,
+                            span_id=rec.span_id.hex() if len(rec.span_id) == 8 else None,
+                            resource=resource,
+                            source=source,
+                        )
+                    )
+        return decoded
+    doc = _json_body(body)
+    if "resourceLogs" not in doc:
+        raise InputError("JSON body is not an OTLP ExportLogsServiceRequest (no 'resourceLogs' key)")
+    for ri, rl in enumerate(doc.get("resourceLogs") or []):
+        try:
+            resource = json_attributes((rl.get("resource") or {}).get("attributes"))
+        except (ValueError, KeyError, TypeError):
+            resource = {}
+        for sl in rl.get("scopeLogs") or []:
+            for li, rec in enumerate(sl.get("logRecords") or []):
+                try:
+                    trace_id = rec.get("traceId") or None
+                    span_id = rec.get("spanId") or None
+                    decoded.logs.append(
+                        LogData(
+                            time_ns=int(rec.get("timeUnixNano") or rec.get("observedTimeUnixNano") or 0),
+                            attributes=json_attributes(rec.get("attributes")),
+                            body=json_any_value(rec["body"]) if rec.get("body") else None,
+                            event_name=rec.get("eventName") or None,
+                            trace_id=trace_id.lower() if trace_id else None,
+                            span_id=span_id.lower() if span_id else None,
+                            resource=resource,
+                            source=source,
+                        )
+                    )
+                except (ValueError, KeyError, TypeError, AttributeError) as e:
+                    decoded.rejected += 1
+                    decoded.issues.append(
+                        Issue(
+                            source, f"resourceLogs[{ri}] logRecords[{li}] cannot be read ({e}); rejected", level="error"
+                        )
+                    )
+    return decoded

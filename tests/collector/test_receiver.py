@@ -1,0 +1,212 @@
+"""`toolmeter serve` with real OTLP clients on loopback: the OTel Python HTTP and gRPC exporters."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+from collector.config import CollectorConfig
+from collector.receiver import Receiver, ReceiverConfig, RunningReceiver
+from collector.store import read_connection
+from tests.collector.test_ingest_cli import llm, otlp, tool
+
+TOKEN = "s3cret"
+
+
+@pytest.fixture
+def serve(db_path: str) -> Iterator:  # type: ignore[type-arg]
+    started: list[RunningReceiver] = []
+
+    def start(**kw: object) -> RunningReceiver:
+        rc = ReceiverConfig(host="127.0.0.1", port=0, grpc_port=0, **kw)  # type: ignore[arg-type]
+        r = RunningReceiver(CollectorConfig(db=db_path, flush_interval=0.1), rc)
+        started.append(r)
+        return r
+
+    yield start
+    for r in started:
+        r.stop()
+
+
+def agent_spans(exporter: object, n_tools: int = 3) -> list[str]:
+    provider = TracerProvider(resource=Resource.create({"service.name": "py-agent"}), shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))  # type: ignore[arg-type]
+    tracer = provider.get_tracer("agent")
+    results = []
+    with tracer.start_as_current_span("invoke_agent"):
+        for i in range(n_tools):
+            with tracer.start_as_current_span("chat gpt-4o", attributes={"gen_ai.operation.name": "chat"}):
+                pass
+            result = json.dumps([{"order": k, "status": "paid"} for k in range(50 * (i + 1))])
+            results.append(result)
+            attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_orders",
+                     "gen_ai.tool.call.result": result}  # fmt: skip
+            with tracer.start_as_current_span("execute_tool search_orders", attributes=attrs):
+                pass
+        with tracer.start_as_current_span("chat gpt-4o", attributes={"gen_ai.operation.name": "chat"}):
+            pass
+    provider.shutdown()
+    return results
+
+
+def stored(db: str) -> list[tuple]:  # type: ignore[type-arg]
+    with read_connection(db) as con:
+        return con.execute(
+            "SELECT raw_bytes, raw_tokens, later_llm_calls, service_name FROM tool_calls ORDER BY raw_bytes"
+        ).fetchall()
+
+
+def test_python_http_protobuf_exporter(serve, db_path: str, counter) -> None:  # type: ignore[no-untyped-def]
+    r = serve()
+    results = agent_spans(HttpSpanExporter(endpoint=f"{r.url}/v1/traces"))
+    assert r.receiver.flush()
+    rows = stored(db_path)
+    assert [(b, t, later) for b, t, later, _ in rows] == [
+        (len(x), counter.count(x).tokens, 3 - i) for i, x in enumerate(results)
+    ]
+    assert {s for *_, s in rows} == {"py-agent"}
+
+
+def test_python_http_exporter_with_gzip_and_token(serve, db_path: str) -> None:  # type: ignore[no-untyped-def]
+    from opentelemetry.exporter.otlp.proto.http import Compression
+
+    r = serve(token=TOKEN)
+    agent_spans(HttpSpanExporter(endpoint=f"{r.url}/v1/traces", compression=Compression.Gzip,
+                                 headers={"Authorization": f"Bearer {TOKEN}"}))  # fmt: skip
+    assert r.receiver.flush()
+    assert len(stored(db_path)) == 3
+
+
+def test_python_grpc_exporter(serve, db_path: str, counter) -> None:  # type: ignore[no-untyped-def]
+    r = serve(token=TOKEN)
+    results = agent_spans(GrpcSpanExporter(endpoint=f"127.0.0.1:{r.grpc_port}", insecure=True,
+                                           headers=(("authorization", f"Bearer {TOKEN}"),)))  # fmt: skip
+    assert r.receiver.flush()
+    assert [t for _, t, _, _ in stored(db_path)] == [counter.count(x).tokens for x in results]
+
+
+def post(url: str, body: bytes, content_type: str = "application/json", **headers: str) -> tuple[int, bytes, dict]:  # type: ignore[type-arg]
+    req = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": content_type, **headers})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read(), dict(resp.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), dict(e.headers)
+
+
+def test_json_bodies_plain_and_gzip(serve, db_path: str) -> None:  # type: ignore[no-untyped-def]
+    r = serve()
+    doc = otlp(llm(1), tool(2, "hello world"), llm(3))
+    status, body, headers = post(f"{r.url}/v1/traces", json.dumps(doc).encode())
+    assert status == 200 and headers["Content-Type"].startswith("application/json")
+    assert json.loads(body) == {}
+    doc2 = otlp(tool(5, "zipped result", trace="cd" * 16))
+    status, _, _ = post(f"{r.url}/v1/traces", gzip.compress(json.dumps(doc2).encode()), **{"Content-Encoding": "gzip"})
+    assert status == 200
+    assert r.receiver.flush()
+    assert [row[2] for row in stored(db_path)] == [1, 0]  # one LLM call after "hello world"; none in the second trace
+
+
+def test_partial_success_keeps_the_good_spans(serve, db_path: str) -> None:  # type: ignore[no-untyped-def]
+    r = serve()
+    bad = tool(2, "x")
+    bad["traceId"] = "nothex"
+    status, body, _ = post(f"{r.url}/v1/traces", json.dumps(otlp(tool(1, "good"), bad)).encode())
+    assert status == 200
+    partial = json.loads(body)["partialSuccess"]
+    assert partial["rejectedSpans"] == "1" and "traceId" in partial["errorMessage"]
+    assert r.receiver.flush()
+    assert len(stored(db_path)) == 1
+
+
+def test_protobuf_response_in_the_requests_content_type(serve) -> None:  # type: ignore[no-untyped-def]
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    r = serve()
+    status, body, headers = post(f"{r.url}/v1/traces", ExportTraceServiceRequest().SerializeToString(),
+                                 "application/x-protobuf")  # fmt: skip
+    assert status == 200 and headers["Content-Type"] == "application/x-protobuf"
+    ExportTraceServiceResponse.FromString(body)
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "headers", "status", "words"),
+    [
+        ("application/x-protobuf", b"\xff\xff\xff garbage", {}, 400, "not a protobuf"),
+        ("application/json", b'{"resourceSpans": [', {}, 400, "not valid JSON"),
+        ("application/json", b"\xff\xfe{}", {}, 400, "not valid UTF-8"),
+        ("text/plain", b"hello", {}, 415, "unsupported content type 'text/plain'"),
+        ("application/json", b"{}", {"Content-Encoding": "br"}, 415, "unsupported Content-Encoding 'br'"),
+        ("application/json", b"not gzip", {"Content-Encoding": "gzip"}, 400, "body is not"),
+    ],
+)
+def test_bad_requests_get_a_specific_status(serve, content_type, body, headers, status, words) -> None:  # type: ignore[no-untyped-def]
+    r = serve()
+    got, text, _ = post(f"{r.url}/v1/traces", body, content_type, **headers)
+    assert got == status
+    assert words in text.decode("utf-8", "replace")
+    ok, _, _ = post(f"{r.url}/v1/traces", json.dumps(otlp(tool(1, "still serving"))).encode())
+    assert ok == 200
+
+
+def test_oversized_body_gets_413_with_the_limit(serve, db_path: str) -> None:  # type: ignore[no-untyped-def]
+    r = serve(max_body_bytes=10_000)
+    status, text, _ = post(f"{r.url}/v1/traces", json.dumps(otlp(tool(1, "x" * 20_000))).encode())
+    assert status == 413
+    assert "10,000 bytes" in text.decode() and "--max-body-bytes" in text.decode()
+    bomb = gzip.compress(json.dumps(otlp(tool(1, "y" * 200_000))).encode())
+    status, text, _ = post(f"{r.url}/v1/traces", bomb, **{"Content-Encoding": "gzip"})
+    assert status == 413 and "inflated" in text.decode()
+
+
+def test_missing_token_is_401_and_nothing_is_stored(serve, db_path: str) -> None:  # type: ignore[no-untyped-def]
+    r = serve(token=TOKEN)
+    status, _, headers = post(f"{r.url}/v1/traces", json.dumps(otlp(tool(1, "secret"))).encode())
+    assert status == 401 and headers.get("WWW-Authenticate") == "Bearer"
+    status, _, _ = post(f"{r.url}/v1/traces", json.dumps(otlp(tool(1, "secret"))).encode(), Authorization="Bearer nope")
+    assert status == 401
+    assert r.receiver.flush()
+    assert stored(db_path) == []
+
+
+def test_full_queue_answers_503_with_retry_after(serve, db_path: str) -> None:  # type: ignore[no-untyped-def]
+    r = serve(max_queued_bytes=1)
+    r.receiver.paused = True
+    first, _, _ = post(f"{r.url}/v1/traces", json.dumps(otlp(tool(1, "first"))).encode())
+    second, text, headers = post(f"{r.url}/v1/traces", json.dumps(otlp(tool(2, "second", trace="ee" * 16))).encode())
+    assert (first, second) == (200, 503)
+    assert headers["Retry-After"] == "2" and "retry" in text.decode()
+    assert r.receiver.refused == 1
+    r.receiver.paused = False
+    assert r.receiver.flush()
+    assert len(stored(db_path)) == 1
+
+
+def test_acknowledged_requests_survive_a_crash_before_they_were_written(db_path: str, tmp_path: Path) -> None:
+    config = CollectorConfig(db=db_path, flush_interval=0.1)
+    rc = ReceiverConfig(spool_dir=str(tmp_path / "spool"))
+    crashed = Receiver(config, rc)
+    crashed.paused = True  # acknowledged (spooled) but never written, as if killed here
+    for i in range(5):
+        crashed.accept(2, json.dumps(otlp(tool(i + 1, f"result {i}", trace=f"{i + 1:032x}"))).encode())
+    assert stored(db_path) == []
+    restarted = Receiver(config, rc)  # replays the spool from the position stored in DuckDB
+    assert restarted.flush()
+    assert len(stored(db_path)) == 5
+    restarted.close()
+    again = Receiver(config, rc)  # nothing left to replay: counted once
+    assert again.flush()
+    assert len(stored(db_path)) == 5
+    again.close()
