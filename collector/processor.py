@@ -31,6 +31,7 @@ from collector._payloads import register_processor, take_payloads
 from collector.config import CollectorConfig
 from collector.dialects import SpanData, classify
 from collector.errors import StoreError
+from collector.forward import Forwarder, with_payloads
 from collector.pipeline import Item, Pipeline
 
 logger = logging.getLogger("toolmeter")
@@ -72,6 +73,9 @@ class ToolResultProcessor(SpanProcessor):
         max_queued_bytes: payload bytes waiting for the worker, at most.
         max_batch_size: spans per batch.
         flush_interval: seconds between writes.
+        forward_to: OTLP/HTTP endpoint of a ``toolmeter serve`` (e.g. ``http://127.0.0.1:4318``):
+            forward spans with their payloads there instead of measuring in this process.
+        forward_token: bearer token for that receiver.
 
     Unset arguments come from ``TOOLMETER_*`` variables (:mod:`collector.config`).
     """
@@ -87,6 +91,8 @@ class ToolResultProcessor(SpanProcessor):
         max_queued_bytes: int | None = None,
         max_batch_size: int | None = None,
         flush_interval: float | None = None,
+        forward_to: str | None = None,
+        forward_token: str | None = None,
     ) -> None:
         self.config = CollectorConfig.resolve(
             db=os.fspath(db) if db is not None else None,
@@ -98,8 +104,12 @@ class ToolResultProcessor(SpanProcessor):
             max_batch_size=max_batch_size,
             flush_interval=flush_interval,
         )
-        self._pipeline = Pipeline(self.config)
-        self._pipeline.store.ensure_schema()  # fail here, in the user's set-up code, not later
+        self._forward_to = forward_to
+        self._forward_token = forward_token
+        self._forwarder = Forwarder(forward_to, forward_token) if forward_to else None
+        self._pipeline = Pipeline(self.config) if self._forwarder is None else None
+        if self._pipeline is not None:
+            self._pipeline.store.ensure_schema()  # fail here, in the user's set-up code, not later
         self._init_state()
         register_processor(self)
         # A forked child inherits the deque and counters but not the worker thread:
@@ -132,14 +142,21 @@ class ToolResultProcessor(SpanProcessor):
         self._worker.start()
 
     def _at_fork_reinit(self) -> None:
-        self._pipeline = Pipeline(self.config)
+        if self._forwarder is not None:
+            self._forwarder = Forwarder(self._forward_to or "", self._forward_token)
+        else:
+            self._pipeline = Pipeline(self.config)
         self._init_state()
 
     @property
     def counters(self) -> dict[str, int]:
         """A snapshot of the collector's counters (seen, dropped, written, ...)."""
-        with self._pipeline.lock:
-            snap = dict(vars(self._pipeline.counters))
+        if self._pipeline is not None:
+            with self._pipeline.lock:
+                snap = dict(vars(self._pipeline.counters))
+        else:
+            fw = self._forwarder
+            snap = {"forwarded": fw.sent if fw else 0, "failed": fw.failed if fw else 0}
         with self._lock:
             snap.update(spans_seen=self._seen, dropped=self._dropped, queued=len(self._queue))
         return snap
@@ -216,38 +233,44 @@ class ToolResultProcessor(SpanProcessor):
                 self._idle.notify_all()
 
     def _write_items(self, items: list[Item]) -> None:
+        if self._forwarder is not None:
+            spans = [with_payloads(i.span, i.raw, i.view) for i in items]  # type: ignore[arg-type]
+            self._forwarder.send(spans, stopping=self._shutdown)
+            return
+        pipeline = self._pipeline
+        assert pipeline is not None
         converted = []
         for item in items:
             span = item.span
             if isinstance(span, ReadableSpan):
                 span = span_data(span)
             converted.append(Item(item.kind, span, item.raw, item.view))
-        batch = self._pipeline.build_batch(converted)
+        batch = pipeline.build_batch(converted)
         with self._lock:
             seen, dropped = self._seen, self._dropped
-        with self._pipeline.lock:
-            self._pipeline.counters.spans_seen = seen
-            self._pipeline.counters.dropped = dropped
+        with pipeline.lock:
+            pipeline.counters.spans_seen = seen
+            pipeline.counters.dropped = dropped
         delay = 0.5
         while True:
             try:
-                self._pipeline.write(batch, queued=len(self._queue))
+                pipeline.write(batch, queued=len(self._queue))
                 return
             except StoreError as e:
                 # keep the batch and try again: the file may be held by a reader
                 # for longer than the store's own retry, or the disk may be full.
                 if self._shutdown and delay > 8:
                     logger.error("toolmeter gave up writing %d spans at shutdown: %s", len(items), e)
-                    with self._pipeline.lock:
-                        self._pipeline.counters.failed += len(items)
+                    with pipeline.lock:
+                        pipeline.counters.failed += len(items)
                     return
                 logger.warning("toolmeter could not write a batch, retrying in %.1f s: %s", delay, e)
                 time.sleep(delay)
                 delay = min(delay * 2, 30)
             except Exception:
                 logger.exception("toolmeter failed to write a batch of %d spans", len(items))
-                with self._pipeline.lock:
-                    self._pipeline.counters.failed += len(items)
+                with pipeline.lock:
+                    pipeline.counters.failed += len(items)
                 return
 
     # --- flush and shutdown ----------------------------------------------------------------

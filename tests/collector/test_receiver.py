@@ -210,3 +210,29 @@ def test_acknowledged_requests_survive_a_crash_before_they_were_written(db_path:
     assert again.flush()
     assert len(stored(db_path)) == 5
     again.close()
+
+
+def test_forwarding_mode_measures_in_the_receiver_not_the_agent(serve, db_path: str, tmp_path: Path, counter) -> None:  # type: ignore[no-untyped-def]
+    from collector import ToolResultProcessor, record_tool_result
+
+    r = serve(token=TOKEN)
+    agent_db = tmp_path / "agent-side.duckdb"
+    processor = ToolResultProcessor(db=str(agent_db), forward_to=r.url, forward_token=TOKEN, flush_interval=0.1)
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("agent")
+    raw = "\n".join(f"2026-11-20T10:00:00Z INFO line {i}" for i in range(5000))
+    with tracer.start_as_current_span(
+        "execute_tool fetch_pod_logs", attributes={"gen_ai.operation.name": "execute_tool"}
+    ) as span:
+        record_tool_result(span, raw=raw, view=raw[:1000] + "\n[truncated]", truncated=True, budget_tokens=500)
+    assert processor.force_flush()
+    provider.shutdown()
+    assert not agent_db.exists(), "no DuckDB file and no token counting in the agent's process"
+    assert processor.counters["forwarded"] == 1
+    assert r.receiver.flush()
+    with read_connection(db_path) as con:
+        row = con.execute(
+            "SELECT tool_name, raw_bytes, raw_tokens, truncated, retained_ranges FROM tool_calls"
+        ).fetchone()
+    assert row == ("fetch_pod_logs", len(raw), counter.count(raw).tokens, True, [[0, 1000]])

@@ -1,0 +1,91 @@
+"""Forwarding mode: ship tool and LLM spans, payloads included, to a ``toolmeter serve``.
+
+The agent's process then pays for no token counting and holds no DuckDB file: the worker
+thread only encodes spans as OTLP protobuf and POSTs them. Payloads that
+:func:`collector.record_tool_result` parked travel as ``toolmeter.raw`` / ``toolmeter.view``
+attributes of the forwarded copy only; the spans other exporters ship are unchanged.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.trace import ReadableSpan
+
+from collector import attributes as A
+
+logger = logging.getLogger("toolmeter")
+
+MAX_ATTEMPTS = 6
+
+
+def with_payloads(span: ReadableSpan, raw: str | bytes | None, view: str | bytes | None) -> ReadableSpan:
+    """A copy of ``span`` carrying the parked payloads as attributes."""
+    if raw is None and view is None:
+        return span
+    attrs: dict[str, Any] = dict(span.attributes or {})
+    for key, value in ((A.RAW, raw), (A.VIEW, view)):
+        if value is not None:
+            attrs[key] = value if isinstance(value, str) else value.decode("utf-8", errors="replace")
+    return ReadableSpan(
+        name=span.name,
+        context=span.context,
+        parent=span.parent,
+        resource=span.resource,
+        attributes=attrs,
+        events=span.events,
+        links=span.links,
+        kind=span.kind,
+        status=span.status,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
+
+
+class Forwarder:
+    """POSTs batches of spans to an OTLP/HTTP endpoint, retrying on 429/502/503/504."""
+
+    def __init__(self, endpoint: str, token: str | None = None, timeout_s: float = 30) -> None:
+        self.url = endpoint.rstrip("/") + ("" if endpoint.rstrip("/").endswith("/v1/traces") else "/v1/traces")
+        self.token = token
+        self.timeout_s = timeout_s
+        self.sent = 0
+        self.failed = 0
+
+    def send(self, spans: Sequence[ReadableSpan], stopping: bool = False) -> bool:
+        """Send ``spans``; True when the receiver acknowledged them."""
+        body = gzip.compress(encode_spans(spans).SerializeToString(), compresslevel=1)
+        headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        delay = 0.5
+        for attempt in range(MAX_ATTEMPTS):
+            request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as resp:
+                    resp.read()
+                self.sent += len(spans)
+                return True
+            except urllib.error.HTTPError as e:
+                if e.code not in (429, 502, 503, 504):
+                    logger.error("toolmeter forwarding to %s refused %d span(s): %s %s", self.url, len(spans),
+                                 e.code, e.read()[:300])  # fmt: skip
+                    break
+                retry_after = e.headers.get("Retry-After")
+                delay = float(retry_after) if retry_after and retry_after.isdigit() else delay
+            except (urllib.error.URLError, OSError) as e:
+                logger.warning("toolmeter cannot reach %s (%s); attempt %d of %d", self.url, e, attempt + 1,
+                               MAX_ATTEMPTS)  # fmt: skip
+            if attempt + 1 < MAX_ATTEMPTS:
+                time.sleep(min(delay, 2) if stopping else delay)
+                delay = min(delay * 2, 30)
+        self.failed += len(spans)
+        return False
