@@ -6,7 +6,6 @@ import gzip
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,26 +17,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from collector.config import CollectorConfig
-from collector.receiver import Receiver, ReceiverConfig, RunningReceiver
+from collector.receiver import Receiver, ReceiverConfig
 from collector.store import read_connection
+from tests.collector.conftest import TOKEN
 from tests.collector.test_ingest_cli import llm, otlp, tool
-
-TOKEN = "s3cret"
-
-
-@pytest.fixture
-def serve(db_path: str) -> Iterator:  # type: ignore[type-arg]
-    started: list[RunningReceiver] = []
-
-    def start(**kw: object) -> RunningReceiver:
-        rc = ReceiverConfig(host="127.0.0.1", port=0, grpc_port=0, **kw)  # type: ignore[arg-type]
-        r = RunningReceiver(CollectorConfig(db=db_path, flush_interval=0.1), rc)
-        started.append(r)
-        return r
-
-    yield start
-    for r in started:
-        r.stop()
 
 
 def agent_spans(exporter: object, n_tools: int = 3) -> list[str]:
