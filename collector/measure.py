@@ -394,7 +394,7 @@ def measure(call: ToolCall, counter: TokenCounter) -> tuple[dict[str, Any], dict
         raw_tokens = call.raw_tokens_declared
 
     # view: what the model was shown
-    view_source = "view"
+    view_source = call.view_origin or "view"
     view_bytes: int | None
     view_tokens: int | None
     view_exact = True

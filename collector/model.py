@@ -56,6 +56,8 @@ class ToolCall:
     retained: tuple[Range, ...] | None = None
     shape: str | None = None
     source: str = "process"
+    view_origin: str | None = None
+    """Where ``view`` came from when not from the tool itself: ``"message"`` (an LLM call's input)."""
     warnings: tuple[str, ...] = field(default=())
 
 

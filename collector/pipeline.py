@@ -15,14 +15,15 @@ import os
 import socket
 import threading
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from collector.config import CollectorConfig
 from collector.dialects import LLM, TOOL, SpanData, extract_llm_call, extract_tool_call
 from collector.measure import measure
-from collector.model import Issue
+from collector.messages import tool_responses
+from collector.model import Issue, ToolCall
 from collector.payload_store import PayloadStore, payload_dir
 from collector.store import Batch, Store, WriteResult
 from collector.tokens import TokenCounter
@@ -99,11 +100,16 @@ class Pipeline:
         batch = Batch()
         issues = list(extra_issues or [])
         failed = 0
+        seen_views = self._message_views(items, batch)
         for item in items:
             try:
                 if item.kind == TOOL:
                     call, found = extract_tool_call(item.span, item.raw, item.view)
                     issues += found
+                    if call.view is None and call.tool_call_id is not None:
+                        text = seen_views.get((call.trace_id, call.tool_call_id))
+                        if text is not None:  # the model's input in this batch says what it saw
+                            call = replace(call, view=text, view_origin="message")
                     row, payloads = measure(call, self.counter)
                     batch.tool_rows.append(row)
                     if self.config.store_payloads:
@@ -152,6 +158,81 @@ class Pipeline:
             self.counters.failed += failed
         return batch
 
+    def _message_views(self, items: list[Item], batch: Batch) -> dict[tuple[str, str], str]:
+        """Record the tool responses that LLM calls' inputs carried; return them by (trace, call id)."""
+        views: dict[tuple[str, str], str] = {}
+        for item in items:
+            if item.kind != LLM:
+                continue
+            span = item.span
+            for call_id, text in tool_responses(span.attributes):
+                key = (span.trace_id, call_id)
+                if key in views:
+                    continue
+                views[key] = text
+                data = text.encode("utf-8", errors="surrogatepass")
+                row: dict[str, Any] = {"trace_id": span.trace_id, "tool_call_id": call_id,
+                                       "llm_span_id": span.span_id, "bytes": len(data), "tokens": None,
+                                       "blob_id": None}  # fmt: skip
+                if self.config.store_payloads:
+                    row["blob_id"] = self.payloads.put(data)
+                else:
+                    row["tokens"] = self.counter.count(text).tokens
+                batch.message_rows.append(row)
+        return views
+
+    def join_late_views(self, trace_ids: list[str]) -> int:
+        """Measure the view of tool calls whose response reached the model in a later batch.
+
+        The tool span and the LLM call that read its result often end in different batches
+        (the LLM call takes seconds); this runs after each write for the traces it touched.
+        Returns how many tool calls got their view.
+        """
+        pending = self.store.pending_joins(trace_ids)
+        rows: list[dict[str, Any]] = []
+        payload_rows: list[dict[str, Any]] = []
+        cap = self.config.payload_cap_bytes
+        for old in pending:
+            raw = self._stored_raw(old)
+            if old["message_blob_id"] is not None:
+                view: str | None = self.payloads.get(old["message_blob_id"]).decode("utf-8", errors="replace")
+            else:
+                view = None
+            call = ToolCall(
+                trace_id=old["trace_id"], span_id=old["span_id"], parent_span_id=old["parent_span_id"],
+                tool_name=old["tool_name"], dialect=old["dialect"], start_ns=old["start_ns"], end_ns=old["end_ns"],
+                tool_call_id=old["tool_call_id"], service_name=old["service_name"], agent_name=old["agent_name"],
+                status=old["status"], error=old["error"], arguments=old["arguments"], raw=raw, view=view,
+                view_origin="message",
+                raw_bytes_declared=old["raw_bytes"] if raw is None else None,
+                raw_tokens_declared=old["raw_tokens"] if raw is None else None,
+                view_bytes_declared=old["message_bytes"] if view is None else None,
+                view_tokens_declared=old["message_tokens"] if view is None else None,
+                budget_tokens=old["budget_tokens"],
+                truncated=old["truncated"] if old["truncation_source"] == "declared" else None,
+                retained=tuple(tuple(r) for r in old["retained_ranges"]) if old["retained_source"] == "declared" else None,  # type: ignore[misc]
+                shape=old["shape"] if old["shape_source"] == "declared" else None,
+                source=old["source"],
+                warnings=tuple(w for w in old["warnings"] or [] if "payload stored as head and tail" not in w),
+            )  # fmt: skip
+            row, payloads = measure(call, self.counter)
+            rows.append(row)
+            if self.config.store_payloads and "view" in payloads:
+                payload_rows.append(
+                    payload_row(self.payloads, call.trace_id, call.span_id, "view", payloads["view"], cap)
+                )
+        self.store.replace_tool_rows(rows, payload_rows)
+        return len(rows)
+
+    def _stored_raw(self, row: dict[str, Any]) -> bytes | None:
+        """The raw payload of a stored call, when it was stored whole."""
+        if not self.config.store_payloads:
+            return None
+        con_rows = self.store.payload_meta(row["trace_id"], row["span_id"], "raw")
+        if con_rows is None or con_rows["cut"]:
+            return None
+        return self.payloads.get(con_rows["blob_id"])
+
     def _log_item(self, item: Item, batch: Batch, issues: list[Issue]) -> None:
         """An OTLP log event: Claude Code's tool results and API requests."""
         from collector import claude_code  # only receivers and ingest of logs need it
@@ -184,6 +265,11 @@ class Pipeline:
         )
         batch.stats = stats
         result = self.store.write(batch)
+        touched = {r["trace_id"] for r in batch.message_rows} | {
+            r["trace_id"] for r in batch.tool_rows if r["tool_call_id"]
+        }
+        if batch.message_rows and touched:
+            self.join_late_views(sorted(touched))
         with self.lock:
             self.counters.tool_calls_written += result.tool_calls
             self.counters.llm_calls_written += result.llm_calls

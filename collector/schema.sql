@@ -26,7 +26,7 @@ CREATE TABLE IF NOT EXISTS tool_calls (
     view_bytes          BIGINT,             -- UTF-8 bytes the model was shown
     view_tokens         BIGINT,
     view_tokens_exact   BOOLEAN,
-    view_source         VARCHAR,            -- view | declared | retained | raw (no view: the model saw the raw)
+    view_source         VARCHAR,            -- view | message (an LLM call's input) | declared | retained | raw (no view: the model saw the raw)
     budget_tokens       BIGINT,
     over_budget         BOOLEAN,            -- raw_tokens > budget_tokens
     view_over_budget    BOOLEAN,            -- view_tokens > budget_tokens: the budget did not hold
@@ -117,4 +117,16 @@ CREATE TABLE IF NOT EXISTS receiver_progress (
     segment      BIGINT,
     "offset"     BIGINT,
     updated_at   TIMESTAMP
+);
+
+-- Tool responses as LLM calls' input messages carried them (what the model was shown),
+-- keyed by the tool call id; joined to tool_calls to give their view. See collector/messages.py.
+CREATE TABLE IF NOT EXISTS message_views (
+    trace_id      VARCHAR NOT NULL,
+    tool_call_id  VARCHAR NOT NULL,
+    llm_span_id   VARCHAR,            -- the first LLM call that carried it
+    bytes         BIGINT,
+    tokens        BIGINT,             -- counted here only in numbers-only stores (no blob)
+    blob_id       VARCHAR,            -- the text, in the payload store
+    PRIMARY KEY (trace_id, tool_call_id)
 );

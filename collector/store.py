@@ -105,6 +105,16 @@ _PAYLOAD_SCHEMA = pa.schema(
         ("blob_id", pa.string()),
     ]
 )
+_MESSAGE_SCHEMA = pa.schema(
+    [
+        ("trace_id", pa.string()),
+        ("tool_call_id", pa.string()),
+        ("llm_span_id", pa.string()),
+        ("bytes", pa.int64()),
+        ("tokens", pa.int64()),
+        ("blob_id", pa.string()),
+    ]
+)
 _ISSUE_SCHEMA = pa.schema(
     [
         ("collector_id", pa.string()),
@@ -126,6 +136,7 @@ class Batch:
     llm_rows: list[dict[str, Any]] = field(default_factory=list)
     payload_rows: list[dict[str, Any]] = field(default_factory=list)
     issue_rows: list[dict[str, Any]] = field(default_factory=list)
+    message_rows: list[dict[str, Any]] = field(default_factory=list)
     stats: dict[str, Any] | None = None
     progress: tuple[str, int, int] | None = None
     """(receiver id, spool segment, offset) reached by this batch, committed with it."""
@@ -136,6 +147,7 @@ class Batch:
         self.llm_rows += other.llm_rows
         self.payload_rows += other.payload_rows
         self.issue_rows += other.issue_rows
+        self.message_rows += other.message_rows
 
     def __len__(self) -> int:
         return len(self.tool_rows) + len(self.llm_rows) + len(self.issue_rows)
@@ -289,6 +301,64 @@ class Store:
             con.close()
         self._schema_ready = True
 
+    def pending_joins(self, trace_ids: list[str]) -> list[dict[str, Any]]:
+        """Tool calls in ``trace_ids`` that show the raw but whose response an LLM call's
+        input carried: their view can now be measured. Each: the tool row plus the message."""
+        if not trace_ids:
+            return []
+        con = _connect(self.path, read_only=False, wait_s=self.lock_wait_s)
+        try:
+            cur = con.execute(
+                """SELECT t.*, m.bytes AS message_bytes, m.tokens AS message_tokens, m.blob_id AS message_blob_id
+                   FROM tool_calls t JOIN message_views m USING (trace_id, tool_call_id)
+                   WHERE t.view_source = 'raw' AND t.trace_id IN (SELECT unnest(?::VARCHAR[]))""",
+                [trace_ids],
+            )
+            cols = [d[0] for d in cur.description]
+            return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+        except duckdb.Error as e:
+            raise StoreError(f"cannot read the toolmeter store {self.path}: {e}") from e
+        finally:
+            con.close()
+
+    def payload_meta(self, trace_id: str, span_id: str, kind: str) -> dict[str, Any] | None:
+        """The ``payloads`` row of one call's raw or view payload."""
+        con = _connect(self.path, read_only=False, wait_s=self.lock_wait_s)
+        try:
+            cur = con.execute(
+                "SELECT * FROM payloads WHERE trace_id = ? AND span_id = ? AND kind = ?", [trace_id, span_id, kind]
+            )
+            row = cur.fetchone()
+            return dict(zip([d[0] for d in cur.description], row, strict=True)) if row else None
+        finally:
+            con.close()
+
+    def replace_tool_rows(self, rows: list[dict[str, Any]], payload_rows: list[dict[str, Any]]) -> None:
+        """Rewrite tool-call rows (after a late join) in one transaction."""
+        if not rows:
+            return
+        con = _connect(self.path, read_only=False, wait_s=self.lock_wait_s)
+        try:
+            con.execute("BEGIN TRANSACTION")
+            con.register("tool_batch", pa.Table.from_pylist(rows, schema=_TOOL_SCHEMA))
+            columns = [f.name for f in _TOOL_SCHEMA if f.name not in ("trace_id", "span_id")]
+            assignments = ", ".join(f'"{c}" = b."{c}"' for c in columns)
+            con.execute(
+                f"UPDATE tool_calls SET {assignments} FROM tool_batch b "
+                "WHERE tool_calls.trace_id = b.trace_id AND tool_calls.span_id = b.span_id"
+            )
+            con.unregister("tool_batch")
+            if payload_rows:
+                con.register("payload_batch", pa.Table.from_pylist(payload_rows, schema=_PAYLOAD_SCHEMA))
+                con.execute("INSERT OR IGNORE INTO payloads BY NAME SELECT * FROM payload_batch")
+                con.unregister("payload_batch")
+            con.execute("COMMIT")
+        except duckdb.Error as e:
+            con.execute("ROLLBACK")
+            raise StoreError(f"cannot write to the toolmeter store {self.path}: {e}") from e
+        finally:
+            con.close()
+
     def write(self, batch: Batch) -> WriteResult:
         """Insert ``batch`` in one transaction.
 
@@ -340,6 +410,10 @@ class Store:
             con.register("payload_batch", pa.Table.from_pylist(batch.payload_rows, schema=_PAYLOAD_SCHEMA))
             con.execute("INSERT OR IGNORE INTO payloads BY NAME SELECT * FROM payload_batch")
             con.unregister("payload_batch")
+        if batch.message_rows:
+            con.register("message_batch", pa.Table.from_pylist(batch.message_rows, schema=_MESSAGE_SCHEMA))
+            con.execute("INSERT OR IGNORE INTO message_views BY NAME SELECT * FROM message_batch")
+            con.unregister("message_batch")
         if batch.issue_rows:
             con.register("issue_batch", pa.Table.from_pylist(batch.issue_rows, schema=_ISSUE_SCHEMA))
             con.execute("INSERT INTO ingest_issues BY NAME SELECT now()::TIMESTAMP AS logged_at, * FROM issue_batch")

@@ -1,0 +1,74 @@
+"""The model-facing view read from the next LLM call's input messages, joined by tool call id."""
+
+from __future__ import annotations
+
+import json
+
+from opentelemetry.sdk.trace import TracerProvider
+
+from collector import ToolResultProcessor
+from collector.messages import tool_responses
+from collector.store import read_connection
+
+RAW = "\n".join(
+    f"2026-11-20T10:{i // 60 % 60:02d}:{i % 60:02d}Z INFO request {i} served in {i % 97} ms" for i in range(3000)
+)
+SHOWN = RAW[:4000] + "\n... [truncated: 3,000 lines, first 4,000 characters shown]"
+
+
+def gen_ai_messages(call_id: str, shown: str) -> str:
+    return json.dumps([
+        {"role": "user", "parts": [{"type": "text", "content": "why is checkout slow?"}]},
+        {"role": "assistant", "parts": [{"type": "tool_call", "id": call_id, "name": "fetch_pod_logs", "arguments": {}}]},
+        {"role": "tool", "parts": [{"type": "tool_call_response", "id": call_id, "response": shown}]},
+    ])  # fmt: skip
+
+
+def test_tool_responses_in_each_dialect() -> None:
+    assert tool_responses({"gen_ai.input.messages": gen_ai_messages("c1", "hi")}) == [("c1", "hi")]
+    oi = {"llm.input_messages.0.message.role": "user", "llm.input_messages.0.message.content": "q",
+          "llm.input_messages.1.message.role": "tool", "llm.input_messages.1.message.tool_call_id": "c2",
+          "llm.input_messages.1.message.content": "shown"}  # fmt: skip
+    assert tool_responses(oi) == [("c2", "shown")]
+    tl = {"gen_ai.prompt.3.role": "tool", "gen_ai.prompt.3.tool_call_id": "c3", "gen_ai.prompt.3.content": "x"}
+    assert tool_responses(tl) == [("c3", "x")]
+    structured = json.dumps(
+        [{"role": "tool", "parts": [{"type": "tool_call_response", "id": "c4", "response": {"a": 1}}]}]
+    )
+    assert tool_responses({"gen_ai.input.messages": structured}) == [("c4", '{"a": 1}')]
+
+
+def _run(provider: TracerProvider, processor: ToolResultProcessor, flush_between: bool) -> None:
+    tracer = provider.get_tracer("agent")
+    with tracer.start_as_current_span("invoke_agent"):
+        tool_attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "fetch_pod_logs",
+                      "gen_ai.tool.call.id": "call_42", "gen_ai.tool.call.result": RAW}  # fmt: skip
+        with tracer.start_as_current_span("execute_tool fetch_pod_logs", attributes=tool_attrs):
+            pass
+        if flush_between:
+            assert processor.force_flush()
+        llm_attrs = {"gen_ai.operation.name": "chat", "gen_ai.input.messages": gen_ai_messages("call_42", SHOWN)}
+        with tracer.start_as_current_span("chat gpt-4o", attributes=llm_attrs):
+            pass
+    assert processor.force_flush()
+
+
+def check(db: str, counter) -> None:  # type: ignore[no-untyped-def]
+    with read_connection(db) as con:
+        row = con.execute(
+            "SELECT view_source, view_bytes, view_tokens, truncated, truncation_source, retained_ranges, raw_bytes "
+            "FROM tool_calls"
+        ).fetchone()
+    assert row == ("message", len(SHOWN), counter.count(SHOWN).tokens, True, "inferred", [[0, 4000]], len(RAW))
+
+
+def test_join_within_one_batch(provider_with, db_path: str, counter) -> None:  # type: ignore[no-untyped-def]
+    provider, processor = provider_with(flush_interval=3600)
+    _run(provider, processor, flush_between=False)
+    check(db_path, counter)
+
+
+def test_join_across_batches(provider_with, db_path: str, counter) -> None:  # type: ignore[no-untyped-def]
+    provider, processor = provider_with(flush_interval=3600)
+    _run(provider, processor, flush_between=True)
+    check(db_path, counter)
