@@ -1,7 +1,9 @@
 """The span attributes toolmeter reads and writes: the contract, in one place.
 
-toolmeter reads tool calls from three public dialects and from its own namespace,
-which wins wherever it is present:
+toolmeter reads tool calls from seven public dialects and from its own namespace,
+which wins wherever it is present (precedence, for every field: toolmeter, then the
+GenAI conventions, then OpenInference, Traceloop, Langfuse, MLflow, the Vercel AI SDK
+and Pydantic AI):
 
 * OpenTelemetry GenAI semantic conventions: a span named ``execute_tool {name}``
   with ``gen_ai.operation.name = "execute_tool"``, ``gen_ai.tool.name``,
@@ -10,7 +12,25 @@ which wins wherever it is present:
   ``input.value``, ``output.value``.
 * Traceloop / OpenLLMetry: ``traceloop.span.kind = "tool"``,
   ``traceloop.entity.name``, ``traceloop.entity.input``, ``traceloop.entity.output``.
+* Langfuse (SDK v3+, OpenTelemetry based): ``langfuse.observation.type = "tool"``, the
+  span name as the tool name, ``langfuse.observation.input`` / ``.output``.
+* MLflow tracing: ``mlflow.spanType = TOOL``, ``mlflow.spanInputs`` /
+  ``mlflow.spanOutputs``. MLflow JSON-encodes *every* attribute value (the span type
+  arrives as ``"\"TOOL\""``); see :data:`MLFLOW_SPAN_OUTPUTS` for how results are decoded.
+* Vercel AI SDK telemetry: ``ai.toolCall`` spans (``ai.operationId = "ai.toolCall"``) with
+  ``ai.toolCall.name``, ``ai.toolCall.id``, ``ai.toolCall.args``, ``ai.toolCall.result``.
+* Pydantic AI / Logfire: ``running tool`` (instrumentation version 1-2) or
+  ``execute_tool {name}`` spans with ``gen_ai.tool.name``, ``gen_ai.tool.call.id`` and
+  ``tool_arguments`` / ``tool_response`` (or the GenAI keys), often without
+  ``gen_ai.operation.name``.
 * toolmeter: the ``toolmeter.*`` keys below.
+
+Claude Code reports tool calls as OTLP *log events*, not spans: see
+:mod:`collector.claude_code` and the ``CC_*`` keys below.
+
+Only the tool span is a tool call: the agent, chain and workflow spans that frameworks
+wrap around it (often carrying the same result as their output) are never read as tool
+calls, and an agent span's token totals are never read as an LLM call.
 
 Numbers that must survive other exporters' attribute limits travel as small
 attributes under ``toolmeter.*``: a 1 MB result cut to 128 characters by
@@ -77,8 +97,14 @@ GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
 GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
 GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+GEN_AI_USAGE_PROMPT_TOKENS: Final = "gen_ai.usage.prompt_tokens"
+"""Deprecated GenAI spelling of the input tokens (older OpenLLMetry and Vercel AI SDK 3)."""
+GEN_AI_USAGE_COMPLETION_TOKENS: Final = "gen_ai.usage.completion_tokens"
+"""Deprecated GenAI spelling of the output tokens."""
 GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
 EXECUTE_TOOL: Final = "execute_tool"
+INVOKE_AGENT: Final = "invoke_agent"
+"""``gen_ai.operation.name`` (and span-name prefix) of an agent invocation span: never a tool or model call."""
 LLM_OPERATIONS: Final = frozenset({"chat", "text_completion", "generate_content"})
 """``gen_ai.operation.name`` values that are model calls."""
 
@@ -102,6 +128,123 @@ LLM_REQUEST_TYPE: Final = "llm.request.type"
 """Traceloop's marker on model-call spans (``chat``, ``completion``)."""
 LLM_USAGE_PROMPT_TOKENS: Final = "llm.usage.prompt_tokens"
 LLM_USAGE_COMPLETION_TOKENS: Final = "llm.usage.completion_tokens"
+
+# --- Langfuse (langfuse-python ``langfuse/_client/attributes.py``) -------------------
+
+LANGFUSE_OBSERVATION_TYPE: Final = "langfuse.observation.type"
+"""``span``, ``generation``, ``agent``, ``tool``, ``chain``, ``retriever``, ``evaluator``,
+``embedding``, ``guardrail`` or ``event``; ``tool`` is a tool call, ``generation`` a model call."""
+LANGFUSE_OBSERVATION_INPUT: Final = "langfuse.observation.input"
+"""The observation's input: a string as given, anything else JSON-encoded by the SDK."""
+LANGFUSE_OBSERVATION_OUTPUT: Final = "langfuse.observation.output"
+"""The observation's output, serialised like the input (strings are not JSON-encoded)."""
+LANGFUSE_OBSERVATION_MODEL_NAME: Final = "langfuse.observation.model.name"
+LANGFUSE_OBSERVATION_USAGE_DETAILS: Final = "langfuse.observation.usage_details"
+"""A JSON object of token counts, e.g. ``{"input": 12, "output": 3, "total": 15}``. As in
+Langfuse, keys starting with ``input`` add up to the input tokens (``input_cache_read``
+included) and keys starting with ``output`` to the output tokens."""
+LANGFUSE_TOOL: Final = "tool"
+LANGFUSE_GENERATION: Final = "generation"
+
+# --- MLflow tracing (mlflow ``mlflow/tracing/constant.py``: ``SpanAttributeKey``) -----
+
+MLFLOW_SPAN_TYPE: Final = "mlflow.spanType"
+"""JSON-encoded span type: ``"\"TOOL\""``, ``"\"LLM\""``, ``"\"CHAT_MODEL\""``, ``"\"AGENT\""``, ...
+(MLflow's ``dump_span_attribute_value`` runs ``json.dumps`` on every attribute)."""
+MLFLOW_SPAN_INPUTS: Final = "mlflow.spanInputs"
+"""JSON-encoded inputs of the traced function (a JSON object of its arguments)."""
+MLFLOW_SPAN_OUTPUTS: Final = "mlflow.spanOutputs"
+"""JSON-encoded output of the traced function. toolmeter decodes it before measuring: a
+JSON *string* is measured as the text it encodes (``"\"hello\""`` is the 5 bytes
+``hello``, what the model was given), any other JSON value (object, array, number,
+``null``) as the JSON text itself. A value that is not valid JSON (cut by an attribute
+length limit) is measured as given, with a warning."""
+MLFLOW_CHAT_TOKEN_USAGE: Final = "mlflow.chat.tokenUsage"
+"""JSON object ``{"input_tokens": .., "output_tokens": .., "total_tokens": ..}`` on model spans."""
+MLFLOW_LLM_MODEL: Final = "mlflow.llm.model"
+"""JSON-encoded model name (MLflow 3.x)."""
+MLFLOW_TOOL_TYPES: Final = frozenset({"TOOL", '"TOOL"'})
+"""``mlflow.spanType`` values that are tool calls (plain, and JSON-encoded as MLflow writes them)."""
+MLFLOW_LLM_TYPES: Final = frozenset({"LLM", "CHAT_MODEL", '"LLM"', '"CHAT_MODEL"'})
+"""``mlflow.spanType`` values that are model calls."""
+
+# --- Vercel AI SDK telemetry (ai-sdk.dev/docs/ai-sdk-core/telemetry) -----------------
+
+AI_OPERATION_ID: Final = "ai.operationId"
+"""The AI SDK operation of the span: ``ai.toolCall``, ``ai.generateText.doGenerate``, ..."""
+AI_TOOL_CALL: Final = "ai.toolCall"
+AI_TOOL_CALL_NAME: Final = "ai.toolCall.name"
+AI_TOOL_CALL_ID: Final = "ai.toolCall.id"
+AI_TOOL_CALL_ARGS: Final = "ai.toolCall.args"
+AI_TOOL_CALL_RESULT: Final = "ai.toolCall.result"
+"""``JSON.stringify`` of the tool's output, so a string output arrives JSON-encoded; it is
+decoded like :data:`MLFLOW_SPAN_OUTPUTS`."""
+AI_MODEL_ID: Final = "ai.model.id"
+AI_RESPONSE_MODEL: Final = "ai.response.model"
+AI_USAGE_INPUT_TOKENS: Final = "ai.usage.inputTokens"
+"""AI SDK 5+."""
+AI_USAGE_OUTPUT_TOKENS: Final = "ai.usage.outputTokens"
+AI_USAGE_PROMPT_TOKENS: Final = "ai.usage.promptTokens"
+"""AI SDK 3-4."""
+AI_USAGE_COMPLETION_TOKENS: Final = "ai.usage.completionTokens"
+AI_LLM_OPERATIONS: Final = frozenset(
+    {
+        "ai.generateText.doGenerate",
+        "ai.streamText.doStream",
+        "ai.generateObject.doGenerate",
+        "ai.streamObject.doStream",
+    }
+)
+"""AI SDK operations that are one provider call. The enclosing ``ai.generateText`` /
+``ai.streamText`` spans carry the *total* usage of all their steps and are not model calls."""
+
+# --- Pydantic AI / Logfire (pydantic_ai ``_instrumentation.py``, ``_tool_manager.py``) -
+
+PYDANTIC_RUNNING_TOOL: Final = "running tool"
+"""Span name of a tool call in Pydantic AI instrumentation versions 1 and 2."""
+PYDANTIC_TOOL_ARGUMENTS: Final = "tool_arguments"
+PYDANTIC_TOOL_RESPONSE: Final = "tool_response"
+"""The tool's result: a string result as returned, anything else as JSON."""
+PYDANTIC_AGENT_RUN: Final = "agent run"
+"""Span name of an agent run (versions 1-2); it carries the run's total ``gen_ai.usage.*``."""
+PYDANTIC_AGENT_NAME: Final = "agent_name"
+LOGFIRE_MSG: Final = "logfire.msg"
+"""``running tool: {name}`` on Pydantic AI tool spans of every version."""
+
+# --- Claude Code log events (code.claude.com/docs/en/monitoring-usage) ---------------
+
+CC_TOOL_RESULT_EVENT: Final = "claude_code.tool_result"
+CC_API_REQUEST_EVENT: Final = "claude_code.api_request"
+CC_EVENT_NAME: Final = "event.name"
+"""Carries the event name without its prefix (``tool_result``, ``api_request``)."""
+CC_EVENT_TIMESTAMP: Final = "event.timestamp"
+"""ISO 8601 time of the event, used when the log record has no time."""
+CC_EVENT_SEQUENCE: Final = "event.sequence"
+CC_SESSION_ID: Final = "session.id"
+CC_PROMPT_ID: Final = "prompt.id"
+CC_TOOL_NAME: Final = "tool_name"
+CC_TOOL_NAME_LEGACY: Final = "name"
+"""The tool name's key in Claude Code's first releases (2025)."""
+CC_TOOL_USE_ID: Final = "tool_use_id"
+CC_SUCCESS: Final = "success"
+"""``"true"`` or ``"false"``."""
+CC_DURATION_MS: Final = "duration_ms"
+CC_ERROR: Final = "error"
+CC_ERROR_TYPE: Final = "error_type"
+CC_TOOL_RESULT_SIZE_BYTES: Final = "tool_result_size_bytes"
+"""Size of the tool result in bytes (a string such as ``"1204"``)."""
+CC_TOOL_INPUT: Final = "tool_input"
+"""JSON tool arguments (with ``OTEL_LOG_TOOL_DETAILS=1``; values over 512 characters cut)."""
+CC_TOOL_PARAMETERS: Final = "tool_parameters"
+"""JSON of tool-specific parameters (``bash_command``, ``mcp_server_name``, ...)."""
+CC_MODEL: Final = "model"
+CC_INPUT_TOKENS: Final = "input_tokens"
+"""Uncached input tokens (Anthropic API usage); the cache counts below are separate."""
+CC_OUTPUT_TOKENS: Final = "output_tokens"
+CC_CACHE_READ_TOKENS: Final = "cache_read_tokens"
+CC_CACHE_CREATION_TOKENS: Final = "cache_creation_tokens"
+CC_REQUEST_ID: Final = "request_id"
+CC_CLIENT_REQUEST_ID: Final = "client_request_id"
 
 # --- Resource ----------------------------------------------------------------------
 

@@ -6,7 +6,18 @@ handful of dictionary look-ups, no allocation of note. :func:`extract_tool_call`
 plain records that :mod:`collector.measure` measures.
 
 Precedence, for every field: ``toolmeter.*`` first, then the OpenTelemetry GenAI
-conventions, then OpenInference, then Traceloop.
+conventions, then OpenInference, Traceloop, Langfuse, MLflow, the Vercel AI SDK and
+Pydantic AI (the keys are listed in :mod:`collector.attributes`).
+
+Double counting: frameworks wrap a tool span in agent, chain or workflow spans whose
+output is often the very same result, and agent spans carry the *total* token usage of
+the model calls under them. Only the tool span is a tool call, and only the single
+provider call is an LLM call: :func:`classify` returns None for agent, chain and
+workflow spans of every dialect.
+
+Values that a dialect JSON-encodes (MLflow's ``mlflow.spanOutputs``, the AI SDK's
+``ai.toolCall.result``) are decoded before measuring: a JSON string is measured as the
+text it encodes, any other JSON value as its JSON text (see :func:`json_encoded_text`).
 """
 
 from __future__ import annotations
@@ -24,14 +35,69 @@ from collector.model import Issue, LlmCall, ToolCall
 TOOL = "tool"
 LLM = "llm"
 
-_TOOL_NAME_KEYS = (A.TOOL_NAME, A.GEN_AI_TOOL_NAME, A.OI_TOOL_NAME, A.TRACELOOP_ENTITY_NAME)
-_RAW_KEYS = (A.RAW, A.GEN_AI_TOOL_CALL_RESULT, A.OI_OUTPUT_VALUE, A.TRACELOOP_ENTITY_OUTPUT)
-_ARGS_KEYS = (A.GEN_AI_TOOL_CALL_ARGUMENTS, A.OI_INPUT_VALUE, A.TRACELOOP_ENTITY_INPUT)
-_CALL_ID_KEYS = (A.TOOL_CALL_ID, A.GEN_AI_TOOL_CALL_ID)
-_MODEL_KEYS = (A.GEN_AI_RESPONSE_MODEL, A.GEN_AI_REQUEST_MODEL, A.OI_LLM_MODEL_NAME)
-_INPUT_TOKEN_KEYS = (A.GEN_AI_USAGE_INPUT_TOKENS, A.OI_LLM_TOKEN_COUNT_PROMPT, A.LLM_USAGE_PROMPT_TOKENS)
-_OUTPUT_TOKEN_KEYS = (A.GEN_AI_USAGE_OUTPUT_TOKENS, A.OI_LLM_TOKEN_COUNT_COMPLETION, A.LLM_USAGE_COMPLETION_TOKENS)
+_TOOL_NAME_KEYS = (
+    A.TOOL_NAME,
+    A.GEN_AI_TOOL_NAME,
+    A.OI_TOOL_NAME,
+    A.TRACELOOP_ENTITY_NAME,
+    A.AI_TOOL_CALL_NAME,
+)
+_RAW_KEYS = (
+    A.RAW,
+    A.GEN_AI_TOOL_CALL_RESULT,
+    A.OI_OUTPUT_VALUE,
+    A.TRACELOOP_ENTITY_OUTPUT,
+    A.LANGFUSE_OBSERVATION_OUTPUT,
+    A.MLFLOW_SPAN_OUTPUTS,
+    A.AI_TOOL_CALL_RESULT,
+    A.PYDANTIC_TOOL_RESPONSE,
+)
+RESULT_KEYS: tuple[str, ...] = _RAW_KEYS
+"""Every attribute that can carry a tool's raw result, in precedence order (for sizing queues)."""
+_ARGS_KEYS = (
+    A.GEN_AI_TOOL_CALL_ARGUMENTS,
+    A.OI_INPUT_VALUE,
+    A.TRACELOOP_ENTITY_INPUT,
+    A.LANGFUSE_OBSERVATION_INPUT,
+    A.MLFLOW_SPAN_INPUTS,
+    A.AI_TOOL_CALL_ARGS,
+    A.PYDANTIC_TOOL_ARGUMENTS,
+)
+_CALL_ID_KEYS = (A.TOOL_CALL_ID, A.GEN_AI_TOOL_CALL_ID, A.AI_TOOL_CALL_ID)
+_MODEL_KEYS = (
+    A.GEN_AI_RESPONSE_MODEL,
+    A.GEN_AI_REQUEST_MODEL,
+    A.OI_LLM_MODEL_NAME,
+    A.LANGFUSE_OBSERVATION_MODEL_NAME,
+    A.MLFLOW_LLM_MODEL,
+    A.AI_RESPONSE_MODEL,
+    A.AI_MODEL_ID,
+)
+_INPUT_TOKEN_KEYS = (
+    A.GEN_AI_USAGE_INPUT_TOKENS,
+    A.GEN_AI_USAGE_PROMPT_TOKENS,
+    A.OI_LLM_TOKEN_COUNT_PROMPT,
+    A.LLM_USAGE_PROMPT_TOKENS,
+    A.AI_USAGE_INPUT_TOKENS,
+    A.AI_USAGE_PROMPT_TOKENS,
+)
+_OUTPUT_TOKEN_KEYS = (
+    A.GEN_AI_USAGE_OUTPUT_TOKENS,
+    A.GEN_AI_USAGE_COMPLETION_TOKENS,
+    A.OI_LLM_TOKEN_COUNT_COMPLETION,
+    A.LLM_USAGE_COMPLETION_TOKENS,
+    A.AI_USAGE_OUTPUT_TOKENS,
+    A.AI_USAGE_COMPLETION_TOKENS,
+)
+_JSON_ENCODED_KEYS = frozenset({A.MLFLOW_SPAN_OUTPUTS, A.AI_TOOL_CALL_RESULT, A.MLFLOW_LLM_MODEL})
+"""Keys whose value is the JSON encoding of the real value (see :func:`json_encoded_text`)."""
 _EXECUTE_TOOL_PREFIX = "execute_tool "
+_INVOKE_AGENT_PREFIX = "invoke_agent"
+
+# dialect-specific kinds: value -> TOOL / LLM; any other value (agent, chain, ...) -> None
+_LANGFUSE_KINDS = {A.LANGFUSE_TOOL: TOOL, A.LANGFUSE_GENERATION: LLM}
+_MLFLOW_KINDS = {**dict.fromkeys(A.MLFLOW_TOOL_TYPES, TOOL), **dict.fromkeys(A.MLFLOW_LLM_TYPES, LLM)}
+_VERCEL_KINDS = {A.AI_TOOL_CALL: TOOL, **dict.fromkeys(A.AI_LLM_OPERATIONS, LLM)}
 
 
 @dataclass(frozen=True)
@@ -67,7 +133,11 @@ class LogData:
 
 
 def classify(name: str, attrs: Mapping[str, Any] | None) -> str | None:
-    """Return ``"tool"``, ``"llm"`` or None for a span (cheap: runs in ``on_end``)."""
+    """Return ``"tool"``, ``"llm"`` or None for a span (cheap: runs in ``on_end``).
+
+    A few dictionary look-ups in precedence order; agent, chain and workflow spans of
+    every dialect are None, so a result repeated on a wrapping span is not counted twice.
+    """
     if not attrs:
         return TOOL if name.startswith(_EXECUTE_TOOL_PREFIX) else None
     op = attrs.get(A.GEN_AI_OPERATION_NAME)
@@ -84,20 +154,55 @@ def classify(name: str, attrs: Mapping[str, Any] | None) -> str | None:
     tl = attrs.get(A.TRACELOOP_SPAN_KIND)
     if tl is not None:
         return TOOL if tl == "tool" else None
-    if name.startswith(_EXECUTE_TOOL_PREFIX):
+    kind = attrs.get(A.LANGFUSE_OBSERVATION_TYPE)
+    if kind is not None:
+        return _LANGFUSE_KINDS.get(kind) if isinstance(kind, str) else None
+    kind = attrs.get(A.MLFLOW_SPAN_TYPE)
+    if kind is not None:
+        return _MLFLOW_KINDS.get(kind) if isinstance(kind, str) else None
+    kind = attrs.get(A.AI_OPERATION_ID)
+    if kind is not None:
+        return _VERCEL_KINDS.get(kind) if isinstance(kind, str) else None
+    if name.startswith(_EXECUTE_TOOL_PREFIX) or name == A.PYDANTIC_RUNNING_TOOL:
         return TOOL
-    if A.LLM_REQUEST_TYPE in attrs or A.GEN_AI_USAGE_INPUT_TOKENS in attrs:
+    if A.LLM_REQUEST_TYPE in attrs:
+        return LLM
+    if A.GEN_AI_USAGE_INPUT_TOKENS in attrs:
+        # an agent run (Pydantic AI's "agent run" / "invoke_agent x") carries its total usage
+        if (
+            name == A.PYDANTIC_AGENT_RUN
+            or name.startswith(_INVOKE_AGENT_PREFIX)
+            or A.GEN_AI_AGENT_NAME in attrs
+            or A.PYDANTIC_AGENT_NAME in attrs
+        ):
+            return None
         return LLM
     return None
 
 
 def _dialect(name: str, attrs: Mapping[str, Any]) -> str:
-    if attrs.get(A.GEN_AI_OPERATION_NAME) is not None or name.startswith(_EXECUTE_TOOL_PREFIX):
+    if attrs.get(A.GEN_AI_OPERATION_NAME) is not None:
         return "gen_ai"
     if A.OPENINFERENCE_SPAN_KIND in attrs:
         return "openinference"
     if A.TRACELOOP_SPAN_KIND in attrs or A.LLM_REQUEST_TYPE in attrs:
         return "traceloop"
+    if A.LANGFUSE_OBSERVATION_TYPE in attrs:
+        return "langfuse"
+    if A.MLFLOW_SPAN_TYPE in attrs:
+        return "mlflow"
+    if A.AI_OPERATION_ID in attrs:
+        return "vercel_ai"
+    msg = attrs.get(A.LOGFIRE_MSG)
+    if (
+        name == A.PYDANTIC_RUNNING_TOOL
+        or A.PYDANTIC_TOOL_RESPONSE in attrs
+        or A.PYDANTIC_TOOL_ARGUMENTS in attrs
+        or (isinstance(msg, str) and msg.startswith(A.PYDANTIC_RUNNING_TOOL))
+    ):
+        return "pydantic_ai"
+    if name.startswith(_EXECUTE_TOOL_PREFIX) or A.GEN_AI_USAGE_INPUT_TOKENS in attrs:
+        return "gen_ai"
     return "toolmeter"
 
 
@@ -114,6 +219,33 @@ def _as_payload(value: Any) -> str | bytes:
         return value
     # a list attribute or a structured value: measure its JSON text
     return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def json_encoded_text(value: Any) -> tuple[str | bytes, bool]:
+    """Decode a value its dialect JSON-encoded: ``(text to measure, was valid JSON)``.
+
+    MLflow runs ``json.dumps`` on every attribute and the AI SDK ``JSON.stringify`` on
+    tool results, so a tool that returned the string ``hello`` arrives as ``"hello"``
+    (with the quotes). A JSON string is decoded to its text (what the model was given);
+    any other JSON value (object, array, number, ``null``) is measured as the JSON text
+    itself. A value that is not JSON (e.g. cut by an attribute length limit) is returned
+    as given, with ``False``.
+    """
+    if not isinstance(value, str):
+        return _as_payload(value), True
+    try:
+        decoded = json.loads(value)
+    except ValueError:
+        return value, False
+    return (decoded if isinstance(decoded, str) else value), True
+
+
+def _decoded(key: str | None, value: Any) -> Any:
+    """A string attribute's real value when its dialect JSON-encodes it (model names)."""
+    if key in _JSON_ENCODED_KEYS and isinstance(value, str):
+        text, _ = json_encoded_text(value)
+        return text
+    return value
 
 
 class _Reader:
@@ -171,21 +303,35 @@ def extract_tool_call(
     """Read one tool-call span; ``raw``/``view`` override the attributes (handed over in-process)."""
     attrs = span.attributes
     r = _Reader(span)
+    dialect = _dialect(span.name, attrs)
     _, name = _first(attrs, _TOOL_NAME_KEYS)
     if name is None and span.name.startswith(_EXECUTE_TOOL_PREFIX):
         name = span.name[len(_EXECUTE_TOOL_PREFIX) :].strip() or None
+    if name is None and dialect in ("langfuse", "mlflow"):
+        # neither has a tool-name attribute: the observation / traced function is the span name
+        name = span.name.strip() or None
     if name is None:
         r.issue(
             A.GEN_AI_TOOL_NAME,
             "tool span has no tool name (looked for toolmeter.tool.name, gen_ai.tool.name, tool.name, "
-            "traceloop.entity.name and an 'execute_tool NAME' span name); recorded as '(unnamed)'. "
-            "Set gen_ai.tool.name on the span.",
+            "traceloop.entity.name, ai.toolCall.name and an 'execute_tool NAME' span name); recorded as "
+            "'(unnamed)'. Set gen_ai.tool.name on the span.",
         )
         name = "(unnamed)"
     raw_key = None
+    raw_attr: Any = None
     if raw is None:
         raw_key, raw_attr = _first(attrs, _RAW_KEYS, allow_empty=True)  # "" is a result: 0 bytes
-        raw = _as_payload(raw_attr) if raw_attr is not None else None
+        if raw_attr is not None and raw_key in _JSON_ENCODED_KEYS:
+            raw, valid = json_encoded_text(raw_attr)
+            if not valid:
+                r.issue(
+                    raw_key,
+                    "is not valid JSON (this dialect JSON-encodes results; was it cut by an attribute length "
+                    "limit?); measured as given",
+                )
+        elif raw_attr is not None:
+            raw = _as_payload(raw_attr)
     if view is None and attrs.get(A.VIEW) is not None:
         view = _as_payload(attrs[A.VIEW])
     _, args = _first(attrs, _ARGS_KEYS)
@@ -193,7 +339,7 @@ def extract_tool_call(
     raw_bytes = r.int_attr(A.RAW_BYTES)
     warnings: list[str] = []
     limit = attribute_value_limit()
-    if raw_key and isinstance(raw, str) and limit and len(raw) == limit and raw_bytes is None:
+    if raw_key and isinstance(raw_attr, str) and limit and len(raw_attr) == limit and raw_bytes is None:
         warnings.append(
             f"raw result ({raw_key}) is exactly {limit} characters, the OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT: "
             "it was probably cut by the SDK. Record results with collector.record_tool_result, or raise the limit"
@@ -219,7 +365,7 @@ def extract_tool_call(
         span_id=span.span_id,
         parent_span_id=span.parent_span_id,
         tool_name=str(name),
-        dialect=_dialect(span.name, attrs),
+        dialect=dialect,
         start_ns=span.start_ns,
         end_ns=span.end_ns,
         tool_call_id=str(call_id) if call_id is not None else None,
@@ -227,7 +373,7 @@ def extract_tool_call(
         agent_name=_str_or_none(attrs.get(A.GEN_AI_AGENT_NAME)),
         status=span.status_code,
         error=span.status_message if span.status_code == "error" else None,
-        arguments=str(args) if args is not None else None,
+        arguments=_args_text(args),
         raw=raw,
         view=view,
         raw_bytes_declared=raw_bytes,
@@ -248,9 +394,20 @@ def extract_llm_call(span: SpanData) -> tuple[LlmCall, list[Issue]]:
     """Read one model-call span: time, model and token usage when present."""
     attrs = span.attributes
     r = _Reader(span)
-    _, model = _first(attrs, _MODEL_KEYS)
+    model_key, model = _first(attrs, _MODEL_KEYS)
     in_key, _ = _first(attrs, _INPUT_TOKEN_KEYS)
     out_key, _ = _first(attrs, _OUTPUT_TOKEN_KEYS)
+    input_tokens = r.int_attr(in_key) if in_key else None
+    output_tokens = r.int_attr(out_key) if out_key else None
+    if input_tokens is None and output_tokens is None:
+        # the usage JSON objects of Langfuse and MLflow, read last
+        for key, reader in (
+            (A.LANGFUSE_OBSERVATION_USAGE_DETAILS, _langfuse_usage),
+            (A.MLFLOW_CHAT_TOKEN_USAGE, _mlflow_usage),
+        ):
+            if attrs.get(key) is not None:
+                input_tokens, output_tokens = reader(r, key)
+                break
     call = LlmCall(
         trace_id=span.trace_id,
         span_id=span.span_id,
@@ -259,12 +416,73 @@ def extract_llm_call(span: SpanData) -> tuple[LlmCall, list[Issue]]:
         end_ns=span.end_ns,
         dialect=_dialect(span.name, attrs),
         service_name=_str_or_none(span.resource.get(A.SERVICE_NAME)),
-        model=_str_or_none(model),
-        input_tokens=r.int_attr(in_key) if in_key else None,
-        output_tokens=r.int_attr(out_key) if out_key else None,
+        model=_str_or_none(_decoded(model_key, model)),
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
         source=span.source,
     )
     return call, r.issues
+
+
+def _usage_object(r: _Reader, key: str) -> Mapping[str, Any] | None:
+    """A usage attribute that is a JSON object (as text, or already decoded from OTLP)."""
+    value = r.span.attributes.get(key)
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = None
+    if not isinstance(value, Mapping):
+        r.issue(key, f"must be a JSON object of token counts, got {_short(r.span.attributes.get(key))}; ignored")
+        return None
+    return value
+
+
+def _count(r: _Reader, key: str, name: str, value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        r.issue(key, f"{name} must be a non-negative number, got {value!r}; ignored")
+        return None
+    return int(value)
+
+
+def _langfuse_usage(r: _Reader, key: str) -> tuple[int | None, int | None]:
+    """Langfuse's rule: keys starting ``input`` add up to input tokens, ``output`` to output."""
+    usage = _usage_object(r, key)
+    if usage is None:
+        return None, None
+    sums: dict[str, int | None] = {"input": None, "output": None}
+    aliases = {"prompt_tokens": "input", "promptTokens": "input", "completion_tokens": "output",
+               "completionTokens": "output"}  # fmt: skip
+    for name, value in usage.items():
+        side = "input" if name.startswith("input") else "output" if name.startswith("output") else aliases.get(name)
+        if side is None:
+            continue
+        n = _count(r, key, name, value)
+        if n is not None:
+            sums[side] = (sums[side] or 0) + n
+    return sums["input"], sums["output"]
+
+
+def _mlflow_usage(r: _Reader, key: str) -> tuple[int | None, int | None]:
+    usage = _usage_object(r, key)
+    if usage is None:
+        return None, None
+    found = []
+    for name in ("input_tokens", "output_tokens"):
+        value = usage.get(name)
+        found.append(None if value is None else _count(r, key, name, value))
+    return found[0], found[1]
+
+
+def _args_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _str_or_none(value: Any) -> str | None:

@@ -59,10 +59,15 @@ def ingest_files(
                 summary.failed_files.append(path)
                 issues.append(Issue(path, str(e).removeprefix(f"{path}: "), level="error"))
             chunks = [items[i : i + BATCH_SIZE] for i in range(0, len(items), BATCH_SIZE)] or [[]]
-            batches = list(pool.map(pipeline.build_batch, chunks))
-            batches[0].issue_rows += pipeline.build_batch([], issues).issue_rows
-            for batch in batches:
+            batches = pool.map(pipeline.build_batch, chunks)
+            done = 0
+            for n, batch in enumerate(batches):
+                if n == 0:
+                    batch.issue_rows += pipeline.build_batch([], issues).issue_rows
                 result = pipeline.write(batch)
+                done += len(chunks[n])
+                if progress and len(chunks) > 4:  # long files: say how far we are
+                    progress(f"{path}: {done:,} of {len(items):,} tool/LLM spans measured")
                 summary.tool_calls += result.tool_calls
                 summary.llm_calls += result.llm_calls
                 summary.duplicates += result.duplicates

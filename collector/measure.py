@@ -287,7 +287,14 @@ def infer_shape(text: str, parsed: Any) -> str:
 _DYNAMIC_KEY = re.compile(r"^(\d+|[0-9a-f]{8}-[0-9a-f-]{27,}|[0-9a-f]{12,})$", re.I)
 
 
+_TYPE_NAMES: dict[type, str] = {bool: "boolean", int: "integer", float: "number", str: "string",
+                                 list: "array", dict: "object", type(None): "null"}  # fmt: skip
+
+
 def _type_name(value: Any) -> str:
+    name = _TYPE_NAMES.get(type(value))
+    if name is not None:
+        return name
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int):
@@ -323,17 +330,33 @@ def schema_of(parsed: Any) -> tuple[str, list[str], bool]:
     types: dict[str, set[str]] = {}
     stack: list[tuple[str, Any]] = [("$", parsed)]
     seen = 0
+    type_names = _TYPE_NAMES
     while stack and seen < MAX_SCHEMA_NODES:
         path, value = stack.pop()
         seen += 1
-        types.setdefault(path, set()).add(_type_name(value))
-        if isinstance(value, dict):
+        kind = type_names.get(type(value)) or _type_name(value)
+        path_types = types.get(path)
+        if path_types is None:
+            types[path] = path_types = set()
+        path_types.add(kind)
+        if kind == "object":
             for key, child in value.items():
                 name = "*" if _DYNAMIC_KEY.match(key) else key
-                stack.append((f"{path}.{name}", child))
-        elif isinstance(value, list):
+                child_path = f"{path}.{name}"
+                child_kind = type_names.get(type(child))
+                if child_kind is not None and child_kind not in ("object", "array"):
+                    # scalars are recorded here, without a trip through the stack
+                    seen += 1
+                    child_types = types.get(child_path)
+                    if child_types is None:
+                        types[child_path] = child_types = set()
+                    child_types.add(child_kind)
+                else:
+                    stack.append((child_path, child))
+        elif kind == "array":
+            child_path = f"{path}[]"
             for child in value:
-                stack.append((f"{path}[]", child))
+                stack.append((child_path, child))
     fields = []
     structure = []
     for path, seen_types in types.items():

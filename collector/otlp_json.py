@@ -1,4 +1,4 @@
-"""Read OTLP/JSON trace files into :class:`SpanData`.
+"""Read trace files (OTLP/JSON, ConsoleSpanExporter output, OTLP protobuf) into :class:`SpanData`.
 
 Accepted: one ``ExportTraceServiceRequest`` per file (as the OTLP/JSON encoding defines
 it, with hex trace and span ids), or one request per line (JSON Lines, as the
@@ -133,7 +133,9 @@ def spans_from_request(request: Any, source: str, issues: list[Issue]) -> Iterat
 
 
 def read_file(path: str, issues: list[Issue]) -> Iterator[SpanData]:
-    """Yield every span in an OTLP/JSON file (or JSON Lines, or either gzipped).
+    """Yield every span in a trace file: OTLP/JSON (one request, or one per line), the
+    OpenTelemetry SDK's ``ConsoleSpanExporter`` output, or an OTLP protobuf
+    ``ExportTraceServiceRequest``; any of them gzip-compressed.
 
     Raises:
         InputError: the file cannot be opened, decompressed or parsed at all.
@@ -148,6 +150,11 @@ def read_file(path: str, issues: list[Issue]) -> Iterator[SpanData]:
             data = gzip.decompress(data)
         except (OSError, EOFError) as e:
             raise InputError(f"{path}: looks gzip-compressed but cannot be decompressed ({e})") from e
+    if not data.strip():
+        raise InputError(f"{path}: the file is empty")
+    if data.lstrip()[:1] not in (b"{", b"["):
+        yield from _read_protobuf(path, data, issues)
+        return
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -159,9 +166,11 @@ def read_file(path: str, issues: list[Issue]) -> Iterator[SpanData]:
             )
         )
         text = data.decode("utf-8", errors="replace")
-    stripped = text.lstrip()
-    if not stripped:
-        raise InputError(f"{path}: the file is empty")
+    from collector.console_json import looks_like_console_json, read_console_spans
+
+    if looks_like_console_json(text):
+        yield from read_console_spans(text, path, issues)
+        return
     try:
         request = json.loads(text)
         yield from spans_from_request(request, path, issues)
@@ -171,7 +180,7 @@ def read_file(path: str, issues: list[Issue]) -> Iterator[SpanData]:
         if len(lines) < 2:
             raise InputError(
                 f"{path}: not valid JSON (line {whole_error.lineno}, column {whole_error.colno}: {whole_error.msg}). "
-                "Expected an OTLP/JSON ExportTraceServiceRequest or one per line."
+                "Expected an OTLP/JSON ExportTraceServiceRequest, one per line, or ConsoleSpanExporter output."
             ) from whole_error
     except RecursionError as e:
         raise InputError(f"{path}: JSON nested too deeply to parse") from e
@@ -184,3 +193,17 @@ def read_file(path: str, issues: list[Issue]) -> Iterator[SpanData]:
             issues.append(Issue(path, f"line {n} is not valid JSON ({e}); that line was skipped", level="error"))
             continue
         yield from spans_from_request(request, f"{path}:{n}", issues)
+
+
+def _read_protobuf(path: str, data: bytes, issues: list[Issue]) -> Iterator[SpanData]:
+    from collector.otlp_decode import PROTOBUF, decode_traces
+
+    try:
+        decoded = decode_traces(data, PROTOBUF, path)
+    except InputError as e:
+        raise InputError(
+            f"{path}: neither JSON nor an OTLP protobuf ExportTraceServiceRequest ({e}). "
+            "Accepted: OTLP/JSON, JSON lines, ConsoleSpanExporter output, OTLP protobuf; optionally gzipped."
+        ) from e
+    issues += decoded.issues
+    yield from decoded.spans

@@ -96,12 +96,12 @@ def load_payload(
 ) -> Payload | None:
     """The ``raw`` or ``view`` payload of one call, or None when none was stored."""
     row = con.execute(
-        "SELECT total_bytes, cut, head_bytes, tail_bytes, blob_id, sha256 FROM payloads "
+        "SELECT total_bytes, cut, head_bytes, tail_bytes, blob_id, sha256, inline FROM payloads "
         "WHERE trace_id = ? AND span_id = ? AND kind = ?",
         [trace_id, span_id, kind],
     ).fetchone()
     if row is None:
         return None
-    total, cut, head_bytes, _tail_bytes, blob_id, sha = row
-    data = PayloadStore(payload_dir(db_path)).get(blob_id)
+    total, cut, head_bytes, _tail_bytes, blob_id, sha, inline = row
+    data = bytes(inline) if inline is not None else PayloadStore(payload_dir(db_path)).get(blob_id)
     return Payload(total_bytes=total, cut=bool(cut), head=data[:head_bytes], tail=data[head_bytes:], sha256=sha)

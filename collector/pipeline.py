@@ -60,6 +60,11 @@ class Item(NamedTuple):
     view: str | bytes | None = None
 
 
+INLINE_MAX_BYTES = 16 * 1024
+"""Payloads up to this size are kept in DuckDB itself: a file per small payload costs more
+than the payload (most tool results are small); large ones go to the payload store."""
+
+
 def payload_row(
     payloads: PayloadStore, trace_id: str, span_id: str, kind: str, data: bytes, cap: int
 ) -> dict[str, Any]:
@@ -68,17 +73,19 @@ def payload_row(
     head = cap // 2 if cut else len(data)
     tail = cap - head if cut else 0
     stored = data[:head] + data[len(data) - tail :] if cut else data
-    blob_id = payloads.put(stored)
+    inline = len(stored) <= INLINE_MAX_BYTES
+    blob_id = None if inline else payloads.put(stored)
     return {
         "trace_id": trace_id,
         "span_id": span_id,
         "kind": kind,
         "total_bytes": len(data),
-        "sha256": hashlib.sha256(data).hexdigest() if cut else blob_id,
+        "sha256": blob_id if blob_id and not cut else hashlib.sha256(data).hexdigest(),
         "cut": cut,
         "head_bytes": head,
         "tail_bytes": tail,
         "blob_id": blob_id,
+        "inline": stored if inline else None,
     }
 
 
@@ -231,6 +238,8 @@ class Pipeline:
         con_rows = self.store.payload_meta(row["trace_id"], row["span_id"], "raw")
         if con_rows is None or con_rows["cut"]:
             return None
+        if con_rows["inline"] is not None:
+            return bytes(con_rows["inline"])
         return self.payloads.get(con_rows["blob_id"])
 
     def _log_item(self, item: Item, batch: Batch, issues: list[Issue]) -> None:
@@ -248,7 +257,8 @@ class Pipeline:
                 for k, d in payloads.items():
                     batch.payload_rows.append(payload_row(self.payloads, call.trace_id, call.span_id, k, d, cap))
             return
-        llm = claude_code.llm_call_from_log(log)  # type: ignore[arg-type]
+        llm, found = claude_code.llm_call_from_log_with_issues(log)  # type: ignore[arg-type]
+        issues += found
         if llm is not None:
             batch.llm_rows.append(asdict(llm))
 

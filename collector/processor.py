@@ -29,7 +29,7 @@ from opentelemetry.trace import StatusCode, format_span_id, format_trace_id
 from collector import attributes as A
 from collector._payloads import register_processor, take_payloads
 from collector.config import CollectorConfig
-from collector.dialects import SpanData, classify
+from collector.dialects import RESULT_KEYS, SpanData, classify
 from collector.errors import StoreError
 from collector.forward import Forwarder, with_payloads
 from collector.pipeline import Item, Pipeline
@@ -317,7 +317,7 @@ def _plain_attributes(span: Any) -> Any:
     return span.attributes or {}
 
 
-_PAYLOAD_KEYS = (A.RAW, A.VIEW, A.GEN_AI_TOOL_CALL_RESULT, A.OI_OUTPUT_VALUE, A.TRACELOOP_ENTITY_OUTPUT)
+_PAYLOAD_KEYS = (A.VIEW, *RESULT_KEYS)
 
 
 def _attribute_payload_size(attrs: Any) -> int:

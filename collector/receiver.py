@@ -301,11 +301,11 @@ def make_app(receiver: Receiver) -> web.Application:
         if request.content_length is not None and request.content_length > limit:
             return _too_large(request.content_length, limit, ct)
         try:
-            body = await request.content.read(limit + 1)
+            body = await request.read()  # the whole body; aiohttp stops at client_max_size
+        except web.HTTPRequestEntityTooLarge:
+            return _too_large(None, limit, ct)
         except (asyncio.IncompleteReadError, ConnectionError):
             return _error(400, code_pb2.INVALID_ARGUMENT, "request body ended early", ct)
-        if len(body) > limit:
-            return _too_large(None, limit, ct)
         loop = asyncio.get_running_loop()
         if encoding == "gzip":
             try:
@@ -329,7 +329,7 @@ def make_app(receiver: Receiver) -> web.Application:
                           **{"Retry-After": str(RETRY_AFTER_S * 5)})  # fmt: skip
         return _ok(request.path, decoded, ct)
 
-    app = web.Application(client_max_size=limit + 1)
+    app = web.Application(client_max_size=limit)
     app.router.add_post("/v1/traces", handle)
     app.router.add_post("/v1/logs", handle)
     return app

@@ -65,8 +65,9 @@ CREATE TABLE IF NOT EXISTS llm_calls (
     PRIMARY KEY (trace_id, span_id)
 );
 
--- Payloads for replay. The bytes live in files beside the store (<store>.payloads/, see
--- collector/payload_store.py); this table says which blob belongs to which call. Up to the
+-- Payloads for replay. Small ones (16 KiB or less) are kept inline; larger ones live in files
+-- beside the store (<store>.payloads/, see collector/payload_store.py) and this table says
+-- which blob belongs to which call. Up to the
 -- cap a payload is stored whole (tail_bytes = 0); beyond it, its first head_bytes and last
 -- tail_bytes are kept, with the total size and the sha256 of the whole, and cut = true.
 CREATE TABLE IF NOT EXISTS payloads (
@@ -78,7 +79,8 @@ CREATE TABLE IF NOT EXISTS payloads (
     cut          BOOLEAN,
     head_bytes   BIGINT,             -- the blob holds bytes [0, head_bytes) ...
     tail_bytes   BIGINT,             -- ... then [total_bytes - tail_bytes, total_bytes)
-    blob_id      VARCHAR,            -- sha256 of the stored bytes: the file name
+    blob_id      VARCHAR,            -- sha256 of the stored bytes: the file name (NULL when inline)
+    inline       BLOB,               -- the stored bytes themselves, when at most 16 KiB
     PRIMARY KEY (trace_id, span_id, kind)
 );
 

@@ -103,6 +103,7 @@ _PAYLOAD_SCHEMA = pa.schema(
         ("head_bytes", pa.int64()),
         ("tail_bytes", pa.int64()),
         ("blob_id", pa.string()),
+        ("inline", pa.binary()),
     ]
 )
 _MESSAGE_SCHEMA = pa.schema(

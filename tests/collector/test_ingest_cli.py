@@ -197,3 +197,50 @@ def test_demo_without_dashboard_loads_the_samples_and_prints_the_ranking(tmp_pat
     assert "tool calls" in out and out.index("search_orders") < out.index("fetch_pod_logs")
     assert main(["demo", "--db", db, "--no-dashboard"]) == 0  # rebuilt, not doubled
     assert top_json(db, capsys)[0]["tool"] == "search_orders"
+
+
+def test_otlp_protobuf_files_are_read(tmp_path: Path, db_path: str, capsys) -> None:  # type: ignore[no-untyped-def]
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    attrs = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "pb_tool",
+        "gen_ai.tool.call.result": "from protobuf",
+    }
+    with provider.get_tracer("t").start_as_current_span("execute_tool pb_tool", attributes=attrs):
+        pass
+    (tmp_path / "spans.pb").write_bytes(encode_spans(exporter.get_finished_spans()).SerializeToString())
+    (tmp_path / "junk.pb").write_bytes(b"\x00\xff\x13 not protobuf")
+    assert main(["ingest", str(tmp_path / "spans.pb"), str(tmp_path / "junk.pb"), "--db", db_path]) == 1
+    assert "junk.pb: neither JSON nor an OTLP protobuf" in capsys.readouterr().err
+    assert [r["tool"] for r in top_json(db_path, capsys)] == ["pb_tool"]
+
+
+def test_console_exporter_output_is_read(tmp_path: Path, db_path: str, capsys) -> None:  # type: ignore[no-untyped-def]
+    import io
+
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+
+    out = io.StringIO()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=out)))
+    tracer = provider.get_tracer("t")
+    for i in range(3):
+        attrs = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "console_tool",
+            "gen_ai.tool.call.result": "x " * i,
+        }
+        with tracer.start_as_current_span("execute_tool console_tool", attributes=attrs):
+            pass
+    provider.shutdown()
+    (tmp_path / "spans.txt").write_text(out.getvalue())
+    assert main(["ingest", str(tmp_path / "spans.txt"), "--db", db_path]) == 0
+    assert top_json(db_path, capsys)[0]["calls"] == 3

@@ -1,0 +1,154 @@
+"""Receiver benchmark: what `toolmeter serve` sustains on loopback, against the tokenizer.
+
+Starts ``toolmeter serve`` in its own process (both cores available to it), sends OTLP/HTTP
+protobuf requests of tool spans from this process, and reports:
+
+* accepted: spans/s and MB/s until the last request was acknowledged (spooled, fsync-ed);
+* stored: spans/s and MB/s until the last span was queryable in DuckDB;
+* baseline: tiktoken ``encode_ordinary`` on the same payload texts, one core, in this process.
+
+Two workloads: small results (about 1 KB of JSON rows each) and large ones (the real
+payloads in ../shared/realworld).
+
+Usage: ``python benchmarks/bench_receiver.py [--small N] [--large-repeat R]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+
+from collector.store import read_connection
+from collector.tokens import TokenCounter
+
+ROOT = Path(__file__).resolve().parent.parent
+REALWORLD = Path(os.environ.get("TOOLMETER_REALWORLD", ROOT.parent / "shared" / "realworld" / "payloads"))
+SPANS_PER_REQUEST = 100
+
+
+def _kv(key: str, value: str) -> KeyValue:
+    return KeyValue(key=key, value=AnyValue(string_value=value))
+
+
+def requests_for(texts: list[str], per_request: int, offset: int) -> list[bytes]:
+    bodies = []
+    for start in range(0, len(texts), per_request):
+        spans = []
+        for i, text in enumerate(texts[start : start + per_request], start=start + offset):
+            spans.append(Span(
+                trace_id=i.to_bytes(16, "big"), span_id=(i + 1).to_bytes(8, "big"), name="execute_tool t",
+                start_time_unix_nano=1_764_000_000_000_000_000 + i, end_time_unix_nano=1_764_000_000_000_000_000 + i + 1,
+                attributes=[_kv("gen_ai.operation.name", "execute_tool"), _kv("gen_ai.tool.name", "t"),
+                            _kv("gen_ai.tool.call.result", text)],
+            ))  # fmt: skip
+        req = ExportTraceServiceRequest(resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=spans)])])
+        bodies.append(req.SerializeToString())
+    return bodies
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _post(url: str, body: bytes) -> None:
+    delay = 0.2
+    while True:
+        req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/x-protobuf"}, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=120) as resp:
+                resp.read()
+                return
+        except urllib.error.HTTPError as e:
+            if e.code != 503:
+                raise RuntimeError(f"receiver answered {e.code}: {e.read()[:300]!r}") from e
+            time.sleep(delay)  # queue full: back off as OTel exporters do
+            delay = min(delay * 2, 5)
+
+
+def run(texts: list[str], label: str) -> None:
+    total_mb = sum(len(t.encode()) for t in texts) / 1e6
+    enc = TokenCounter()._enc
+    t0 = time.perf_counter()
+    for t in texts:
+        enc.encode_ordinary(t)
+    tik_s = time.perf_counter() - t0
+
+    tmp = tempfile.mkdtemp(prefix="toolmeter-bench-rx-")
+    db = os.path.join(tmp, "rx.duckdb")
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "collector", "serve", "--db", db, "--port", str(port), "--grpc-port", "0"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/v1/traces"
+    try:
+        for _ in range(200):
+            try:
+                _post(url, ExportTraceServiceRequest().SerializeToString())
+                break
+            except OSError:
+                time.sleep(0.1)
+        per_request = SPANS_PER_REQUEST if total_mb / len(texts) < 0.01 else 5
+        bodies = requests_for(texts, per_request, offset=1)
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda b: _post(url, b), bodies))
+        accepted_s = time.perf_counter() - t0
+        while True:
+            try:
+                with read_connection(db, wait_s=5) as con:
+                    n = con.execute("SELECT count(*) FROM tool_calls").fetchone()[0]  # type: ignore[index]
+            except Exception:
+                n = 0
+            if n >= len(texts):
+                break
+            time.sleep(0.05)
+        stored_s = time.perf_counter() - t0
+    finally:
+        server.terminate()
+        server.wait(timeout=120)
+    n = len(texts)
+    print(f"\n{label}: {n:,} tool spans, {total_mb:.1f} MB of results")
+    print(f"   {'':<44} {'spans/s':>9} {'MB/s':>7} {'vs tiktoken 1 core':>19}")
+    tik_mbs = total_mb / tik_s
+    for name, sec in (("tiktoken encode_ordinary, 1 core (baseline)", tik_s),
+                      ("receiver: accepted (spooled, acknowledged)", accepted_s),
+                      ("receiver: stored (queryable in DuckDB)", stored_s)):  # fmt: skip
+        print(f"   {name:<44} {n / sec:>9,.0f} {total_mb / sec:>7.2f} {total_mb / sec / tik_mbs:>18.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--small", type=int, default=20_000, help="small tool spans to send")
+    parser.add_argument("--large-repeat", type=int, default=4, help="passes over the real payloads")
+    args = parser.parse_args()
+    small = [json.dumps([{"id": i * 10 + k, "status": "paid", "amount": round(k * 3.7, 2), "region": "north"}
+                         for k in range(14)]) for i in range(args.small)]  # fmt: skip
+    run(small, "small results (~1 KB)")
+    large = []
+    for path in sorted(REALWORLD.glob("*")):
+        data = path.read_bytes()
+        if path.name.startswith("holmesgpt__"):
+            data = data.split(b"\n", 2)[2]
+        large.append(data.decode())
+    if large:
+        run(large * args.large_repeat, "large results (real payloads)")
+
+
+if __name__ == "__main__":
+    main()
