@@ -35,6 +35,7 @@ typecheck: setup
 bench: setup
 	$(BIN)/python benchmarks/bench_collector.py
 	$(BIN)/python benchmarks/bench_dashboard.py
+	$(BIN)/python benchmarks/bench_receiver.py
 
 clean:
 	rm -rf $(VENV) toolmeter-demo.duckdb .pytest_cache .mypy_cache .ruff_cache

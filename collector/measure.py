@@ -285,6 +285,17 @@ def infer_shape(text: str, parsed: Any) -> str:
 
 
 _DYNAMIC_KEY = re.compile(r"^(\d+|[0-9a-f]{8}-[0-9a-f-]{27,}|[0-9a-f]{12,})$", re.I)
+_key_names: dict[str, str] = {}
+"""Memo of key -> path component: rows of a list repeat the same keys thousands of times."""
+
+
+def _key_name(key: str) -> str:
+    name = _key_names.get(key)
+    if name is None:
+        name = "*" if _DYNAMIC_KEY.match(key) else key
+        if len(_key_names) < 65536:  # bounded: id-like keys are unbounded in number
+            _key_names[key] = name
+    return name
 
 
 _TYPE_NAMES: dict[type, str] = {bool: "boolean", int: "integer", float: "number", str: "string",
@@ -341,8 +352,7 @@ def schema_of(parsed: Any) -> tuple[str, list[str], bool]:
         path_types.add(kind)
         if kind == "object":
             for key, child in value.items():
-                name = "*" if _DYNAMIC_KEY.match(key) else key
-                child_path = f"{path}.{name}"
+                child_path = f"{path}.{_key_name(key)}"
                 child_kind = type_names.get(type(child))
                 if child_kind is not None and child_kind not in ("object", "array"):
                     # scalars are recorded here, without a trip through the stack
