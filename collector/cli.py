@@ -11,16 +11,18 @@ import contextlib
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import threading
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from collector.config import CollectorConfig
-from collector.errors import ToolmeterError
+from collector.errors import InputError, ToolmeterError
 from collector.ingest import ingest_files
 from collector.payload_store import payload_dir
 from collector.report import RANK_METRICS, collector_totals, ranking
@@ -150,6 +152,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"loading {len(files)} sample trace file(s) into {args.db} ...", flush=True)
     summary = ingest_files(files, config)
     print(f"{summary.tool_calls} tool calls, {summary.llm_calls} LLM calls measured\n")
+    from collector.alerts import evaluate
+    from collector.rules import Rules
+
+    for alert in evaluate(args.db, Rules()):
+        print(f"alert: {alert.summary}")
     with read_connection(args.db) as con:
         rows = ranking(con)
     for r in rows[:8]:
@@ -185,6 +192,116 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print("stopping: writing what is queued ...", flush=True)
     running.stop()
     return 0
+
+
+def _parse_since(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    m = re.fullmatch(r"(\d+)([hd])", text)
+    if m:
+        n = int(m.group(1))
+        return datetime.now(UTC).replace(tzinfo=None) - (timedelta(hours=n) if m.group(2) == "h" else timedelta(days=n))
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise InputError(
+            f"--since {text!r}: give a date (2026-11-16), a time (2026-11-16T09:00) or an age (24h, 7d)"
+        ) from None
+
+
+def cmd_alerts(args: argparse.Namespace) -> int:
+    from collector.alerts import evaluate, list_alerts, set_state
+    from collector.rules import load_rules
+
+    if args.ack or args.resolve:
+        set_state(args.db, args.ack or args.resolve, "acknowledged" if args.ack else "resolved")
+    if args.evaluate:
+        evaluate(args.db, load_rules(args.rules))
+    rows = list_alerts(args.db, _parse_since(args.since))
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    if not rows:
+        print(
+            f"no alerts in {args.db}"
+            + ("" if args.evaluate else " (evaluate with --evaluate or run `toolmeter watch`)")
+        )
+        return 0
+    for r in rows:
+        delivered = (
+            "delivered"
+            if r["delivered_at"]
+            else (f"delivery failed: {r['delivery_error']}" if r["delivery_error"] else "")
+        )
+        print(
+            f"[{r['state']}] {r['alert_id']}  {r['change_at']:%Y-%m-%d}  {r['summary']}"
+            + (f"  ({delivered})" if delivered else "")
+        )
+    return 0
+
+
+def run_watch(db: str, rules_path: str | None, webhook: str | None, interval: float, stop: threading.Event) -> None:
+    """Evaluate the rules (and deliver) every ``interval`` seconds until ``stop`` is set."""
+    from collector.alerts import evaluate
+    from collector.rules import load_rules
+
+    rules = load_rules(rules_path)
+    while True:
+        try:
+            for alert in evaluate(db, rules):
+                print(alert.summary, flush=True)
+            if webhook:
+                from collector.webhook import deliver_pending
+
+                deliver_pending(db, webhook)
+        except ToolmeterError as e:
+            print(f"toolmeter watch: {e}", file=sys.stderr, flush=True)
+        if stop.wait(interval):
+            return
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from collector.rules import load_rules
+
+    load_rules(args.rules)  # a bad rules file fails now, with its line and key
+    stop = threading.Event()
+    if args.once:
+        stop.set()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with contextlib.suppress(KeyboardInterrupt):
+        run_watch(args.db, args.rules, args.webhook or os.environ.get("TOOLMETER_WEBHOOK_URL"), args.interval, stop)
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from collector.alerts import check, store_for
+    from collector.rules import load_rules
+
+    rules = load_rules(args.rules)
+    with tempfile.TemporaryDirectory(prefix="toolmeter-check-") as work:
+        failures, notes = check(store_for(args.baseline, work), store_for(args.candidate, work), rules)
+    if args.json:
+        print(json.dumps({"passed": not failures, "failures": [vars(f) for f in failures], "notes": notes}, indent=2))
+        return 1 if failures else 0
+    for note in notes:
+        print(f"note: {note}")
+    if not failures:
+        print("toolmeter check: passed: no tool's envelope grew past the rules")
+        return 0
+    print(f"toolmeter check: FAILED: {len(failures)} rule(s)")
+    print(f"{'tool':<24} {'metric':<20} {'before':>10} {'after':>10} {'ratio':>7}  rule")
+    for f in failures:
+        pct = "rate" in f.metric
+        before = f"{f.before * 100:.0f}%" if pct else f"{f.before:,.0f}"
+        after = f"{f.after * 100:.0f}%" if pct else f"{f.after:,.0f}"
+        ratio = f"{f.ratio:.2f}x" if f.ratio and not pct else ""
+        print(f"{f.tool:<24} {f.metric:<20} {before:>10} {after:>10} {ratio:>7}  {f.threshold}")
+        for key in ("added", "removed", "changed"):
+            if f.schema.get(key):
+                print(f"{'':<24} schema {key}: {', '.join(f.schema[key][:8])}")
+    return 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -227,6 +344,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spool", default=None, help="spool folder (default: <db>.spool)")
     p.add_argument("--encoding", choices=ENCODINGS, default=None)
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("alerts", help="list envelope-growth alerts")
+    p.add_argument("--db", default=db_default)
+    p.add_argument("--since", default=None, help="changes since a date, time or age (7d, 24h)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--evaluate", action="store_true", help="evaluate the rules first")
+    p.add_argument("--rules", default=None, help="rules file (TOML); default thresholds otherwise")
+    p.add_argument("--ack", metavar="ALERT_ID", help="acknowledge an alert")
+    p.add_argument("--resolve", metavar="ALERT_ID", help="resolve an alert")
+    p.set_defaults(func=cmd_alerts)
+
+    p = sub.add_parser("watch", help="evaluate alert rules periodically (and deliver to a webhook)")
+    p.add_argument("--db", default=db_default)
+    p.add_argument("--rules", default=None)
+    p.add_argument("--webhook", default=None, help="POST new alerts here (or set TOOLMETER_WEBHOOK_URL)")
+    p.add_argument("--interval", type=float, default=60.0, help="seconds between evaluations")
+    p.add_argument("--once", action="store_true", help="evaluate once and exit")
+    p.set_defaults(func=cmd_watch)
+
+    p = sub.add_parser("check", help="CI gate: compare a candidate run's tool envelopes with a baseline")
+    p.add_argument("--baseline", required=True, help="a toolmeter store, or trace file(s) (a file or folder)")
+    p.add_argument("--candidate", required=True, help="the same, for the run under test")
+    p.add_argument("--rules", default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_check)
 
     for name, func, help_text in (
         ("dashboard", cmd_dashboard, "open the dashboard on a store"),

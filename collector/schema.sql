@@ -132,3 +132,22 @@ CREATE TABLE IF NOT EXISTS message_views (
     blob_id       VARCHAR,            -- the text, in the payload store
     PRIMARY KEY (trace_id, tool_call_id)
 );
+
+-- Envelope-growth alerts (collector/alerts.py) with their evidence, and their delivery.
+CREATE TABLE IF NOT EXISTS alerts (
+    alert_id        VARCHAR PRIMARY KEY,   -- stable: the same finding is one alert, however often evaluated
+    tool_name       VARCHAR NOT NULL,
+    kind            VARCHAR NOT NULL,      -- schema_change | growth (no schema change)
+    state           VARCHAR NOT NULL,      -- open | acknowledged | resolved
+    detected_at     TIMESTAMP,             -- when toolmeter found it
+    change_at       TIMESTAMP,             -- when the envelope (or the schema) changed
+    metric          VARCHAR,               -- the rule that fired first, e.g. view_tokens_p99
+    before_value    DOUBLE,
+    after_value     DOUBLE,
+    ratio           DOUBLE,
+    summary         VARCHAR,               -- one line for people (and Slack's text field)
+    evidence        JSON,                  -- windows, counts, percentiles before/after, schema diff, example calls
+    delivered_at    TIMESTAMP,             -- webhook delivery (at most once per alert)
+    delivery_attempts INTEGER DEFAULT 0,
+    delivery_error  VARCHAR                -- last delivery failure, shown until delivered
+);

@@ -113,3 +113,16 @@ def context_occupancy(occ: pd.DataFrame) -> go.Figure:
                       xaxis_title="LLM call (in order)", yaxis_title="tokens in the window",
                       legend={"orientation": "h", "y": 1.15})  # fmt: skip
     return fig
+
+
+def before_after(hist: pd.DataFrame) -> go.Figure:
+    """Overlaid histograms of view tokens before and after a change (log x)."""
+    fig = go.Figure()
+    for side, color in (("before", "#1f77b4"), ("after", "#d62728")):
+        part = hist[hist["side"] == side] if not hist.empty else hist
+        if not part.empty:
+            fig.add_bar(x=part["lo"], y=part["calls"], name=side, marker_color=color, opacity=0.6)
+    fig.update_xaxes(type="log", title="tokens shown to the model")
+    fig.update_layout(barmode="overlay", height=300, margin={"l": 10, "r": 10, "t": 30, "b": 40},
+                      yaxis_title="calls", legend={"orientation": "h", "y": 1.15})  # fmt: skip
+    return fig

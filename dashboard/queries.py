@@ -7,6 +7,7 @@ lists) work on a handful of rows that SQL already aggregated.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -294,9 +295,35 @@ def context_occupancy(con: duckdb.DuckDBPyConnection, trace_id: str) -> pd.DataF
 # --- alerts --------------------------------------------------------------------------------
 
 
-def alerts(con: duckdb.DuckDBPyConnection) -> pd.DataFrame | None:
-    """Open alerts, or None when this store has no alerts table yet."""
+def alerts(
+    con: duckdb.DuckDBPyConnection, states: tuple[str, ...] = ("open", "acknowledged")
+) -> list[dict[str, Any]] | None:
+    """Alerts in the given states, newest change first, evidence decoded; None when the
+    store predates alerts."""
     exists = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'alerts'").fetchone()
     if not exists or not exists[0]:
         return None
-    return con.execute("SELECT * FROM alerts ORDER BY 1 DESC").df()
+    cur = con.execute(
+        "SELECT * FROM alerts WHERE state IN (SELECT unnest(?::VARCHAR[])) ORDER BY change_at DESC, tool_name",
+        [list(states)],
+    )
+    cols = [d[0] for d in cur.description]
+    rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    for row in rows:
+        if isinstance(row.get("evidence"), str):
+            row["evidence"] = json.loads(row["evidence"])
+    return rows
+
+
+def before_after_histogram(con: duckdb.DuckDBPyConnection, tool: str, evidence: dict[str, Any]) -> pd.DataFrame:
+    """View-token histograms (log bins) of the windows before and after an alert's change."""
+    sql = """
+        WITH v AS (
+            SELECT CASE WHEN start_time < ?::TIMESTAMP THEN 'before' ELSE 'after' END AS side, view_tokens AS x
+            FROM tool_calls WHERE tool_name = ? AND start_time >= ?::TIMESTAMP AND start_time < ?::TIMESTAMP
+              AND view_tokens IS NOT NULL)
+        SELECT side, power(10, floor(log10(greatest(x, 1)) * 10) / 10) AS lo, count(*) AS calls
+        FROM v GROUP BY ALL ORDER BY side, lo
+    """
+    b, a = evidence["before"], evidence["after"]
+    return _df(con, sql, [a["start"], tool, b["start"], a["end"]])

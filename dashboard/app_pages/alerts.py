@@ -1,22 +1,87 @@
-"""Alerts: envelope growth after schema changes."""
+"""Alerts: a tool's envelope grew, after a schema change or without one."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pandas as pd
 import streamlit as st
 
-from dashboard import queries
+from dashboard import charts, queries
 from dashboard.connection import run_query
+from dashboard.format import human_tokens, percent
+from dashboard.state import CACHE_TTL_S
 
 DB: str = st.session_state["db"]
+METRIC_ROWS = [("view_tokens_p50", "view tokens p50"), ("view_tokens_p95", "view tokens p95"),
+               ("view_tokens_p99", "view tokens p99"), ("raw_tokens_p99", "raw tokens p99"),
+               ("truncated_rate", "truncation rate"), ("over_budget_rate", "over-budget rate"),
+               ("window_cost_per_call", "window cost per call")]  # fmt: skip
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
+def _alerts(path: str, states: tuple[str, ...]) -> list[dict[str, Any]] | None:
+    return run_query(path, lambda con: queries.alerts(con, states))
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
+def _hist(path: str, tool: str, evidence_key: str, evidence: dict[str, Any]) -> pd.DataFrame:
+    return run_query(path, lambda con: queries.before_after_histogram(con, tool, evidence))
+
+
+def _fmt(metric: str, value: Any) -> str:
+    return percent(value) if metric.endswith("_rate") else human_tokens(value)
+
 
 st.title("Alerts")
-table = run_query(DB, queries.alerts)
-if table is None:
+show = st.multiselect(
+    "state", ["open", "acknowledged", "resolved"], default=["open", "acknowledged"], key="alert_states"
+)
+rows = _alerts(DB, tuple(show))
+if rows is None:
     st.info(
-        "Alert evaluation is not set up for this store yet, so there is nothing to show. "
-        "Meanwhile, the Tool detail page marks the days a tool's schema changed and how its envelope moved."
+        "This store has no alerts table yet: run `toolmeter alerts --evaluate --db " + DB + "` or "
+        "`toolmeter watch` to evaluate the rules."
     )
-elif table.empty:
-    st.success("No open alerts.")
-else:
-    st.dataframe(table, hide_index=True, width="stretch")
+    st.stop()
+if not rows:
+    st.success(
+        "No alerts. Rules are evaluated by `toolmeter watch` (and `toolmeter serve`); "
+        "`toolmeter alerts --evaluate` runs them once."
+    )
+    st.stop()
+
+st.caption(f"{len(rows)} alert(s). Acknowledge or resolve with `toolmeter alerts --ack ID` / `--resolve ID`.")
+for alert in rows:
+    ev = alert["evidence"] or {}
+    label = "schema change" if alert["kind"] == "schema_change" else "growth without a schema change"
+    with st.container(border=True):
+        st.markdown(f"### {alert['tool_name']} · {label} · {alert['change_at']:%Y-%m-%d}")
+        st.markdown(f"**{alert['summary']}**  \n`{alert['alert_id']}` · state **{alert['state']}**")
+        if alert["delivery_error"] and not alert["delivered_at"]:
+            st.error(f"Webhook delivery failed ({alert['delivery_attempts']} attempts): {alert['delivery_error']}")
+        elif alert["delivered_at"]:
+            st.caption(f"delivered to the webhook at {alert['delivered_at']}")
+        before, after = ev.get("before", {}), ev.get("after", {})
+        table = pd.DataFrame(
+            {
+                "metric": [label_ for _, label_ in METRIC_ROWS],
+                f"before ({before.get('calls', 0)} calls)": [_fmt(m, before.get(m)) for m, _ in METRIC_ROWS],
+                f"after ({after.get('calls', 0)} calls)": [_fmt(m, after.get(m)) for m, _ in METRIC_ROWS],
+            }
+        )
+        left, right = st.columns([2, 3])
+        left.dataframe(table, hide_index=True, width="stretch")
+        right.plotly_chart(charts.before_after(_hist(DB, alert["tool_name"], alert["alert_id"], ev)), width="stretch")
+        schema = ev.get("schema") or {}
+        for key, what in (("added", "fields added"), ("removed", "fields removed"), ("changed", "types changed")):
+            if schema.get(key):
+                st.markdown(f"{what}: " + ", ".join(f"`{f}`" for f in schema[key]))
+        links = []
+        for side in ("before", "after"):
+            for ex in (ev.get("examples") or {}).get(side, []):
+                links.append(
+                    f"[{side}: {human_tokens(ex['view_tokens'])} tokens](replay?trace={ex['trace_id']}&span={ex['span_id']})"
+                )
+        if links:
+            st.markdown("example calls: " + " · ".join(links))

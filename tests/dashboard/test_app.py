@@ -67,9 +67,17 @@ def test_replay_shows_the_refund_row_as_a_retained_range(monkeypatch: pytest.Mon
     assert "<mark" in html and "refund_pending" in html
 
 
-def test_alerts_page_has_an_honest_empty_state(monkeypatch: pytest.MonkeyPatch, sample_store: str) -> None:
+def test_alerts_page_shows_the_schema_change_alert_with_evidence(
+    monkeypatch: pytest.MonkeyPatch, sample_store: str
+) -> None:
     at = run_app(monkeypatch, sample_store, "app_pages/alerts.py")
-    assert "nothing to show" in at.info[0].value
+    text = " ".join(m.value for m in at.markdown)
+    assert "search_orders · schema change · 2026-11-16" in text
+    assert "$[].raw_payload:string" in text and "replay?trace=" in text
+    table = at.dataframe[0].value
+    assert list(table["metric"])[:3] == ["view tokens p50", "view tokens p95", "view tokens p99"]
+    at.multiselect(key="alert_states").set_value(["resolved"]).run()
+    assert not at.exception and "No alerts" in at.success[0].value
 
 
 def test_missing_store_says_what_to_do(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

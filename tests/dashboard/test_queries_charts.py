@@ -148,3 +148,13 @@ def test_human_formats() -> None:
     import pandas as pd
 
     assert human_tokens(pd.NA) == "–"
+
+
+def test_alert_queries(con: duckdb.DuckDBPyConnection) -> None:
+    (alert,) = queries.alerts(con) or []
+    assert alert["tool_name"] == "search_orders" and alert["evidence"]["schema"]["added"] == ["$[].raw_payload:string"]
+    hist = queries.before_after_histogram(con, "search_orders", alert["evidence"])
+    calls = hist.groupby("side")["calls"].sum().to_dict()
+    assert calls == {"before": alert["evidence"]["before"]["calls"], "after": alert["evidence"]["after"]["calls"]}
+    fig = charts.before_after(hist)
+    assert [t.name for t in fig.data] == ["before", "after"] and fig.layout.xaxis.type == "log"

@@ -1,0 +1,424 @@
+"""Envelope-growth alerts: a tool's results grow after a schema change (or without one).
+
+Detection, per tool, on the calls in the store:
+
+* **Schema change**: the day a new schema fingerprint becomes the tool's dominant one (most
+  calls that day, errors excluded) and stays so: over the following window it accounts for
+  at least :data:`CONFIRM_SHARE` of the tool's fingerprinted calls. Fingerprints that flap
+  back and forth never reach that share, so they never count as a change.
+* **Envelope**: p50/p95/p99 of view and raw tokens, truncation rate, over-budget rate and
+  window cost per call, over ``window_days`` before and after the change.
+* **Rule**: alert when p99 view tokens grew by ``p99_view_ratio`` (default 1.5) or the
+  over-budget rate rose by ``over_budget_points`` (default 10), with at least ``min_calls``
+  on each side (see :mod:`collector.rules`). Shrinking never alerts.
+* **Growth without a schema change**: the same rules on consecutive windows, at day
+  boundaries where the schema did not change; one alert per episode.
+
+Alerts are stored (``alerts`` table) with their evidence: windows, counts, percentiles
+before and after, the schema diff, and example calls on each side. Each finding has a
+stable id, so evaluating again never duplicates it, and its state (open, acknowledged,
+resolved) and delivery are kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime, timedelta
+from typing import Any
+
+import duckdb
+
+from collector.errors import InputError, StoreError
+from collector.rules import Rule, Rules
+from collector.store import _connect, read_connection
+
+CONFIRM_SHARE = 0.6
+"""Share of the window after a change that the new fingerprint must hold."""
+
+METRICS = ("view_tokens_p50", "view_tokens_p95", "view_tokens_p99", "raw_tokens_p50", "raw_tokens_p95",
+           "raw_tokens_p99", "truncated_rate", "over_budget_rate", "window_cost_per_call")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A tool's figures over one window."""
+
+    start: str
+    end: str
+    calls: int
+    view_tokens_p50: float | None
+    view_tokens_p95: float | None
+    view_tokens_p99: float | None
+    raw_tokens_p50: float | None
+    raw_tokens_p95: float | None
+    raw_tokens_p99: float | None
+    truncated_rate: float | None
+    over_budget_rate: float | None
+    window_cost_per_call: float | None
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One rule that fired: the metric, before, after."""
+
+    metric: str
+    before: float
+    after: float
+    threshold: str
+
+    @property
+    def ratio(self) -> float | None:
+        return self.after / self.before if self.before else None
+
+
+@dataclass(frozen=True)
+class Alert:
+    alert_id: str
+    tool_name: str
+    kind: str
+    change_at: datetime
+    findings: list[Finding]
+    before: Envelope
+    after: Envelope
+    schema: dict[str, Any] = field(default_factory=dict)
+    examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def summary(self) -> str:
+        f = self.findings[0]
+        what = (
+            f"{f.metric} {f.before:,.0f} -> {f.after:,.0f}"
+            + (f" ({f.ratio:.1f}x)" if f.ratio and "rate" not in f.metric else "")
+            if "rate" not in f.metric
+            else f"{f.metric} {f.before * 100:.0f}% -> {f.after * 100:.0f}%"
+        )
+        cause = ""
+        if self.kind == "schema_change":
+            added = self.schema.get("added") or []
+            cause = f" after a schema change on {self.change_at:%Y-%m-%d}" + (
+                f" (fields added: {', '.join(added[:5])})" if added else ""
+            )
+        else:
+            cause = f" from {self.change_at:%Y-%m-%d}, without a schema change"
+        return f"toolmeter: {self.tool_name} envelope grew: {what}{cause}"
+
+
+# --- reading the store ----------------------------------------------------------------
+
+
+def envelope(con: duckdb.DuckDBPyConnection, tool: str, start: datetime, end: datetime) -> Envelope:
+    row = con.execute(
+        """SELECT count(*),
+                  quantile_cont(view_tokens, 0.5), quantile_cont(view_tokens, 0.95), quantile_cont(view_tokens, 0.99),
+                  quantile_cont(raw_tokens, 0.5), quantile_cont(raw_tokens, 0.95), quantile_cont(raw_tokens, 0.99),
+                  avg(CASE WHEN truncated THEN 1.0 ELSE 0.0 END),
+                  avg(CASE WHEN over_budget THEN 1.0 WHEN over_budget IS NULL THEN NULL ELSE 0.0 END),
+                  avg(view_tokens * coalesce(later_llm_calls, 0))
+           FROM tool_calls WHERE tool_name = ? AND start_time >= ? AND start_time < ?""",
+        [tool, start, end],
+    ).fetchone()
+    assert row is not None
+    return Envelope(start.isoformat(), end.isoformat(), int(row[0]), *row[1:])
+
+
+def _daily(con: duckdb.DuckDBPyConnection, tool: str) -> list[tuple[date, str | None, int]]:
+    """(day, dominant fingerprint, fingerprinted calls) for each day the tool was called."""
+    rows = con.execute(
+        """WITH f AS (
+               SELECT start_time::DATE AS day, schema_fingerprint AS fp, count(*) AS n
+               FROM tool_calls WHERE tool_name = ? AND status <> 'error' AND schema_fingerprint IS NOT NULL
+               GROUP BY 1, 2),
+           d AS (SELECT DISTINCT start_time::DATE AS day FROM tool_calls WHERE tool_name = ?)
+           SELECT d.day, first(f.fp ORDER BY f.n DESC, f.fp), coalesce(sum(f.n), 0)
+           FROM d LEFT JOIN f ON f.day = d.day GROUP BY d.day ORDER BY d.day""",
+        [tool, tool],
+    ).fetchall()
+    return [(r[0], r[1], int(r[2])) for r in rows]
+
+
+def _share(con: duckdb.DuckDBPyConnection, tool: str, fp: str, start: datetime, end: datetime) -> tuple[float, int]:
+    row = con.execute(
+        """SELECT count(*) FILTER (WHERE schema_fingerprint = ?), count(*) FROM tool_calls
+           WHERE tool_name = ? AND status <> 'error' AND schema_fingerprint IS NOT NULL
+             AND start_time >= ? AND start_time < ?""",
+        [fp, tool, start, end],
+    ).fetchone()
+    assert row is not None
+    return (row[0] / row[1] if row[1] else 0.0), int(row[1])
+
+
+def _fields(con: duckdb.DuckDBPyConnection, tool: str, fp: str) -> list[str]:
+    row = con.execute(
+        "SELECT schema_fields FROM tool_calls WHERE tool_name = ? AND schema_fingerprint = ? LIMIT 1", [tool, fp]
+    ).fetchone()
+    return list(row[0]) if row and row[0] else []
+
+
+def schema_diff(before: list[str], after: list[str]) -> dict[str, list[str]]:
+    """Fields added, removed and retyped between two ``path:type`` lists."""
+    b = dict(f.rsplit(":", 1) for f in before)
+    a = dict(f.rsplit(":", 1) for f in after)
+    return {
+        "added": sorted(f"{p}:{a[p]}" for p in a.keys() - b.keys()),
+        "removed": sorted(f"{p}:{b[p]}" for p in b.keys() - a.keys()),
+        "changed": sorted(f"{p}: {b[p]} -> {a[p]}" for p in a.keys() & b.keys() if a[p] != b[p]),
+    }
+
+
+def _examples(con: duckdb.DuckDBPyConnection, tool: str, start: datetime, end: datetime) -> list[dict[str, Any]]:
+    rows = con.execute(
+        """SELECT trace_id, span_id, view_tokens, raw_tokens FROM tool_calls
+           WHERE tool_name = ? AND start_time >= ? AND start_time < ?
+           ORDER BY view_tokens DESC NULLS LAST LIMIT 3""",
+        [tool, start, end],
+    ).fetchall()
+    return [{"trace_id": r[0], "span_id": r[1], "view_tokens": r[2], "raw_tokens": r[3]} for r in rows]
+
+
+# --- the rules ----------------------------------------------------------------------------
+
+
+def compare(before: Envelope, after: Envelope, rule: Rule) -> list[Finding]:
+    """The rules that fire for ``after`` against ``before`` (none when either side is too small)."""
+    if before.calls < rule.min_calls or after.calls < rule.min_calls:
+        return []
+    found: list[Finding] = []
+
+    def ratio(metric: str, threshold: float | None) -> None:
+        b, a = getattr(before, metric), getattr(after, metric)
+        if threshold is not None and b and a is not None and a / b >= threshold:
+            found.append(Finding(metric, float(b), float(a), f"x{threshold:g}"))
+
+    def points(metric: str, threshold: float | None) -> None:
+        b, a = getattr(before, metric), getattr(after, metric)
+        if threshold is not None and b is not None and a is not None and (a - b) * 100 >= threshold:
+            found.append(Finding(metric, float(b), float(a), f"+{threshold:g} points"))
+
+    ratio("view_tokens_p99", rule.p99_view_ratio)
+    points("over_budget_rate", rule.over_budget_points)
+    ratio("raw_tokens_p99", rule.p99_raw_ratio)
+    points("truncated_rate", rule.truncated_points)
+    ratio("window_cost_per_call", rule.window_cost_ratio)
+    return found
+
+
+def _alert_id(tool: str, kind: str, at: date) -> str:
+    return hashlib.sha256(f"{tool}\x00{kind}\x00{at.isoformat()}".encode()).hexdigest()[:20]
+
+
+def _midnight(d: date) -> datetime:
+    return datetime(d.year, d.month, d.day)
+
+
+def detect(con: duckdb.DuckDBPyConnection, rules: Rules, tools: list[str] | None = None) -> list[Alert]:
+    """Every alert the rules raise on the store's history."""
+    names = tools or [r[0] for r in con.execute("SELECT DISTINCT tool_name FROM tool_calls ORDER BY 1").fetchall()]
+    alerts: list[Alert] = []
+    for tool in names:
+        rule = rules.for_tool(tool)
+        window = timedelta(days=rule.window_days)
+        days = _daily(con, tool)
+        change_days: set[date] = set()
+        previous: str | None = None
+        for day, fp, _ in days:
+            if fp is None:
+                continue
+            if previous is not None and fp != previous:
+                at = _midnight(day)
+                share, n = _share(con, tool, fp, at, at + window)
+                if share >= CONFIRM_SHARE and n >= 1:
+                    change_days.add(day)
+                    before, after = envelope(con, tool, at - window, at), envelope(con, tool, at, at + window)
+                    findings = compare(before, after, rule)
+                    if findings:
+                        alerts.append(Alert(
+                            _alert_id(tool, "schema_change", day), tool, "schema_change", at, findings, before, after,
+                            {"before": previous, "after": fp, **schema_diff(_fields(con, tool, previous), _fields(con, tool, fp))},
+                            {"before": _examples(con, tool, at - window, at), "after": _examples(con, tool, at, at + window)},
+                        ))  # fmt: skip
+                    previous = fp
+                # an unconfirmed fingerprint (flapping) leaves the dominant one as it was
+            elif previous is None:
+                previous = fp
+        # Growth without a schema change: test the windows around every day; consecutive days
+        # that fire are one episode, dated where the median moved most (p99 alone moves as
+        # soon as a window holds a few grown days, so it cannot date the change).
+        episode: list[tuple[float, date, list[Finding], Envelope, Envelope]] = []
+        last_day: date | None = None
+        for i, (day, _, _) in enumerate(days[1:], start=1):
+            fired = None
+            if not any(abs((day - c).days) < rule.window_days for c in change_days):
+                at = _midnight(day)
+                before, after = envelope(con, tool, at - window, at), envelope(con, tool, at, at + window)
+                findings = compare(before, after, rule)
+                if findings:
+                    score = (after.view_tokens_p50 or 0) / (before.view_tokens_p50 or 1)
+                    fired = (score, day, findings, before, after)
+            if fired is not None and (not episode or (last_day is not None and (day - last_day).days <= 1)):
+                episode.append(fired)
+            else:
+                if episode:
+                    alerts.append(_growth_alert(con, tool, max(episode, key=lambda e: e[0]), window))
+                episode = [fired] if fired is not None else []
+            last_day = day
+            if i == len(days) - 1 and episode:
+                alerts.append(_growth_alert(con, tool, max(episode, key=lambda e: e[0]), window))
+    return alerts
+
+
+def _growth_alert(
+    con: duckdb.DuckDBPyConnection,
+    tool: str,
+    best: tuple[float, date, list[Finding], Envelope, Envelope],
+    window: timedelta,
+) -> Alert:
+    _, day, findings, before, after = best
+    at = _midnight(day)
+    examples = {"before": _examples(con, tool, at - window, at), "after": _examples(con, tool, at, at + window)}
+    return Alert(_alert_id(tool, "growth", day), tool, "growth", at, findings, before, after, {}, examples)
+
+
+# --- storing and listing ----------------------------------------------------------------------
+
+
+def _row(alert: Alert) -> list[Any]:
+    first = alert.findings[0]
+    evidence = {
+        "rule_findings": [asdict(f) | {"ratio": f.ratio} for f in alert.findings],
+        "before": asdict(alert.before),
+        "after": asdict(alert.after),
+        "schema": alert.schema,
+        "examples": alert.examples,
+    }
+    return [alert.alert_id, alert.tool_name, alert.kind, alert.change_at, first.metric, first.before, first.after,
+            first.ratio, alert.summary, json.dumps(evidence, default=str)]  # fmt: skip
+
+
+def evaluate(db_path: str, rules: Rules) -> list[Alert]:
+    """Detect alerts and store the new ones; returns the ones that were new."""
+    with read_connection(db_path) as con:
+        found = detect(con, rules)
+    if not found:
+        return []
+    con = _connect(db_path, read_only=False, wait_s=30)
+    try:
+        existing = {r[0] for r in con.execute("SELECT alert_id FROM alerts").fetchall()}
+        new = [a for a in found if a.alert_id not in existing]
+        if new:
+            con.executemany(
+                """INSERT OR IGNORE INTO alerts (alert_id, tool_name, kind, change_at, metric, before_value, after_value,
+                                                 ratio, summary, evidence, state, detected_at, delivery_attempts)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', now()::TIMESTAMP, 0)""",
+                [_row(a) for a in new],
+            )
+        return new
+    except duckdb.Error as e:
+        raise StoreError(f"cannot store alerts in {db_path}: {e}") from e
+    finally:
+        con.close()
+
+
+def list_alerts(db_path: str, since: datetime | None = None) -> list[dict[str, Any]]:
+    """Stored alerts, newest change first."""
+    with read_connection(db_path) as con:
+        cur = con.execute(
+            "SELECT * FROM alerts WHERE ? IS NULL OR change_at >= ? ORDER BY change_at DESC, tool_name",
+            [since, since],
+        )
+        cols = [d[0] for d in cur.description]
+        rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    for row in rows:
+        if isinstance(row.get("evidence"), str):
+            row["evidence"] = json.loads(row["evidence"])
+    return rows
+
+
+def set_state(db_path: str, alert_id: str, state: str) -> None:
+    """Acknowledge or resolve an alert."""
+    if state not in ("open", "acknowledged", "resolved"):
+        raise InputError(f"state={state!r}: use open, acknowledged or resolved")
+    con = _connect(db_path, read_only=False, wait_s=30)
+    try:
+        n = con.execute("UPDATE alerts SET state = ? WHERE alert_id = ?", [state, alert_id]).fetchone()
+        if not n or not n[0]:
+            raise InputError(f"no alert {alert_id!r} in {db_path}")
+    finally:
+        con.close()
+
+
+# --- the CI gate --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    tool: str
+    metric: str
+    before: float
+    after: float
+    ratio: float | None
+    threshold: str
+    schema: dict[str, list[str]]
+
+
+def _whole(con: duckdb.DuckDBPyConnection, tool: str) -> Envelope:
+    return envelope(con, tool, datetime(1970, 1, 1), datetime(9999, 1, 1))
+
+
+def _dominant(con: duckdb.DuckDBPyConnection, tool: str) -> str | None:
+    row = con.execute(
+        """SELECT schema_fingerprint FROM tool_calls WHERE tool_name = ? AND status <> 'error'
+           AND schema_fingerprint IS NOT NULL GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1""",
+        [tool],
+    ).fetchone()
+    return row[0] if row else None
+
+
+def check(baseline_db: str, candidate_db: str, rules: Rules) -> tuple[list[CheckRow], list[str]]:
+    """Compare two stores tool by tool. Returns the failures and notes (tools too small, new, gone)."""
+    failures: list[CheckRow] = []
+    notes: list[str] = []
+    with read_connection(baseline_db) as base, read_connection(candidate_db) as cand:
+        tools_b = {r[0] for r in base.execute("SELECT DISTINCT tool_name FROM tool_calls").fetchall()}
+        tools_c = {r[0] for r in cand.execute("SELECT DISTINCT tool_name FROM tool_calls").fetchall()}
+        for tool in sorted(tools_c - tools_b):
+            notes.append(f"{tool}: new in the candidate (no baseline to compare)")
+        for tool in sorted(tools_b - tools_c):
+            notes.append(f"{tool}: not called in the candidate")
+        for tool in sorted(tools_b & tools_c):
+            rule = rules.for_tool(tool)
+            before, after = _whole(base, tool), _whole(cand, tool)
+            if before.calls < rule.min_calls or after.calls < rule.min_calls:
+                notes.append(
+                    f"{tool}: {before.calls} baseline / {after.calls} candidate calls, under min_calls={rule.min_calls}"
+                )
+                continue
+            fb, fc = _dominant(base, tool), _dominant(cand, tool)
+            diff = schema_diff(_fields(base, tool, fb), _fields(cand, tool, fc)) if fb and fc and fb != fc else {}
+            for f in compare(before, after, rule):
+                failures.append(CheckRow(tool, f.metric, f.before, f.after, f.ratio, f.threshold, diff))
+    return failures, notes
+
+
+def store_for(path: str, workdir: str) -> str:
+    """``path`` itself when it is a DuckDB store, else a store ingested from trace file(s)."""
+    if os.path.isfile(path):
+        with open(path, "rb") as f:
+            head = f.read(16)
+        if head[8:12] == b"DUCK":
+            return path
+    from collector.config import CollectorConfig
+    from collector.ingest import ingest_files
+
+    if not os.path.exists(path):
+        raise InputError(f"{path}: no such store or trace file")
+    db = os.path.join(workdir, f"check-{hashlib.sha256(path.encode()).hexdigest()[:8]}.duckdb")
+    files = [path] if os.path.isfile(path) else sorted(
+        os.path.join(path, f) for f in os.listdir(path) if f.endswith((".json", ".json.gz", ".jsonl", ".pb"))
+    )  # fmt: skip
+    summary = ingest_files(files, CollectorConfig(db=db, store_payloads=False))
+    if summary.failed_files:
+        raise InputError(f"{path}: cannot read {', '.join(summary.failed_files)}")
+    return db

@@ -1,0 +1,170 @@
+"""Change-point detection, rules files, and the `check` gate, on generated histories."""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from collector.alerts import evaluate, list_alerts, set_state
+from collector.cli import main
+from collector.rules import Rule, Rules, RulesError, parse_rules
+from collector.store import Store
+
+DAY0 = datetime(2026, 11, 1)
+OLD = ["$:array", "$[]:object", "$[].id:integer", "$[].status:string"]
+NEW = [*OLD, "$[].raw_payload:string"]
+
+
+def history(db: str, days: list[tuple[str, list[str], int, float]], tool: str = "search_orders", per_day: int = 12,
+            seed: int = 7) -> None:  # fmt: skip
+    """One (fingerprint, fields, median view tokens, over-budget share) per day."""
+    Store(db).ensure_schema()
+    rng = random.Random(seed)
+    con = duckdb.connect(db)
+    rows = []
+    for d, (fp, fields, tokens, over) in enumerate(days):
+        for i in range(per_day):
+            start = DAY0 + timedelta(days=d, minutes=10 * i)
+            view = max(1, int(rng.gauss(tokens, tokens * 0.05)))
+            rows.append(
+                (f"{d:04d}{i:028d}", f"{d:08d}{i:08d}", tool, start, view, view * 3, rng.random() < over, fp, fields)
+            )
+    con.executemany(
+        """INSERT INTO tool_calls (trace_id, span_id, tool_name, start_time, start_ns, end_ns, view_tokens, raw_tokens,
+                                   over_budget, schema_fingerprint, schema_fields, status, later_llm_calls)
+           VALUES (?, ?, ?, ?, 0, 0, ?, ?, ?, ?, ?, 'ok', 2)""",
+        rows,
+    )
+    con.close()
+
+
+def kinds(db: str) -> list[tuple[str, str]]:
+    return [(a["kind"], str(a["change_at"])[:10]) for a in list_alerts(db)]
+
+
+def test_growth_after_a_schema_change_names_the_added_field(db_path: str) -> None:
+    history(db_path, [("A", OLD, 1000, 0.0)] * 7 + [("B", NEW, 2200, 0.3)] * 7)
+    (alert,) = evaluate(db_path, Rules())
+    assert alert.kind == "schema_change" and str(alert.change_at)[:10] == "2026-11-08"
+    assert alert.schema["added"] == ["$[].raw_payload:string"]
+    assert alert.findings[0].metric == "view_tokens_p99" and alert.findings[0].ratio > 1.5
+    stored = list_alerts(db_path)[0]
+    assert stored["state"] == "open" and "raw_payload" in stored["summary"]
+    ev = stored["evidence"]
+    assert ev["before"]["calls"] == 84 and ev["after"]["calls"] == 84
+    assert ev["examples"]["after"][0]["view_tokens"] > ev["examples"]["before"][0]["view_tokens"]
+    assert evaluate(db_path, Rules()) == []  # evaluating again adds nothing
+    set_state(db_path, stored["alert_id"], "acknowledged")
+    assert list_alerts(db_path)[0]["state"] == "acknowledged"
+
+
+def test_shrink_after_a_schema_change_does_not_alert(db_path: str) -> None:
+    history(db_path, [("A", NEW, 2000, 0.2)] * 7 + [("B", OLD, 900, 0.0)] * 7)
+    assert evaluate(db_path, Rules()) == []
+
+
+def test_flapping_fingerprints_are_not_a_schema_change(db_path: str) -> None:
+    days = (
+        [("A", OLD, 1000, 0.0)] * 5 + [("B", NEW, 1000, 0.0), ("A", OLD, 1000, 0.0)] * 4 + [("A", OLD, 2500, 0.0)] * 5
+    )
+    history(db_path, days)
+    alerts = evaluate(db_path, Rules())
+    assert all(a.kind == "growth" for a in alerts)  # the growth is real, the schema change is not
+
+
+def test_too_few_calls_give_no_verdict(db_path: str) -> None:
+    history(db_path, [("A", OLD, 1000, 0.0)] * 3 + [("B", NEW, 3000, 0.5)] * 3, per_day=2)
+    assert evaluate(db_path, Rules()) == []
+    assert len(evaluate(db_path, Rules(defaults=Rule(min_calls=3)))) == 1
+
+
+def test_growth_without_a_schema_change_is_labelled_as_such(db_path: str) -> None:
+    history(db_path, [("A", OLD, 1000, 0.0)] * 7 + [("A", OLD, 1800, 0.0)] * 7)
+    (alert,) = evaluate(db_path, Rules())
+    assert alert.kind == "growth" and str(alert.change_at)[:10] == "2026-11-08"
+    assert "without a schema change" in alert.summary
+
+
+def test_over_budget_rate_rule(db_path: str) -> None:
+    history(db_path, [("A", OLD, 1000, 0.0)] * 7 + [("B", NEW, 1100, 0.4)] * 7)
+    (alert,) = evaluate(db_path, Rules())
+    assert alert.findings[0].metric == "over_budget_rate"
+
+
+def test_per_tool_thresholds(db_path: str) -> None:
+    history(db_path, [("A", OLD, 1000, 0.0)] * 7 + [("B", NEW, 1700, 0.0)] * 7)
+    rules = parse_rules("[defaults]\np99_view_ratio = 1.5\n\n[tools.search_orders]\np99_view_ratio = 2.0\n")
+    assert evaluate(db_path, rules) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        (
+            "[defaults]\np99_view_ratio = 1.5\np99_veiw_ratio = 2\n",
+            "rules.toml:3: unknown key 'p99_veiw_ratio' in [defaults]",
+        ),
+        ("[defaults]\nmin_calls = 'many'\n", "rules.toml:2: min_calls in [defaults] must be a positive integer"),
+        (
+            "[tools.search_orders]\n\np99_view_ratio = -1\n",
+            "rules.toml:3: p99_view_ratio in [tools.search_orders] must be a positive number",
+        ),
+        ("[defaults\n", "rules.toml: not valid TOML"),
+        ("[alerts]\nx = 1\n", "unknown section or key 'alerts'"),
+    ],
+)
+def test_rules_file_errors_name_line_and_key(text: str, words: str) -> None:
+    with pytest.raises(RulesError) as e:
+        parse_rules(text, "rules.toml")
+    assert words in str(e.value)
+
+
+def test_the_sample_traces_schema_change_is_found_on_the_right_day(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    db = str(tmp_path / "demo.duckdb")
+    assert main(["demo", "--db", db, "--no-dashboard"]) == 0
+    assert "alert: toolmeter: search_orders envelope grew" in capsys.readouterr().out
+    assert main(["alerts", "--db", db, "--json"]) == 0
+    (alert,) = json.loads(capsys.readouterr().out)
+    assert (alert["tool_name"], alert["kind"], alert["change_at"][:10]) == (
+        "search_orders",
+        "schema_change",
+        "2026-11-16",
+    )
+    assert alert["evidence"]["schema"]["added"] == ["$[].raw_payload:string"]
+
+
+def test_check_exit_codes(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    base, same, grown = (str(tmp_path / n) for n in ("base.duckdb", "same.duckdb", "grown.duckdb"))
+    history(base, [("A", OLD, 1000, 0.0)] * 3, per_day=20)
+    history(same, [("A", OLD, 1020, 0.0)] * 3, per_day=20, seed=8)
+    history(grown, [("B", NEW, 2500, 0.0)] * 3, per_day=20, seed=9)
+    assert main(["check", "--baseline", base, "--candidate", same]) == 0
+    assert "passed" in capsys.readouterr().out
+    assert main(["check", "--baseline", base, "--candidate", grown]) == 1
+    out = capsys.readouterr().out
+    assert "search_orders" in out and "view_tokens_p99" in out and "raw_payload" in out
+    assert main(["check", "--baseline", base, "--candidate", grown, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed"] is False and report["failures"][0]["schema"]["added"] == ["$[].raw_payload:string"]
+    assert main(["check", "--baseline", base, "--candidate", str(tmp_path / "missing")]) == 2
+    (tmp_path / "bad.toml").write_text("[defaults]\nnope = 1\n")
+    assert main(["check", "--baseline", base, "--candidate", same, "--rules", str(tmp_path / "bad.toml")]) == 2
+    assert "bad.toml:2: unknown key 'nope'" in capsys.readouterr().err
+
+
+def test_check_on_trace_files(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from tests.conftest import SAMPLE_TRACES
+
+    before = str(SAMPLE_TRACES / "traces-2026-11-10.json.gz")
+    after = str(SAMPLE_TRACES / "traces-2026-11-17.json.gz")
+    (tmp_path / "rules.toml").write_text("[defaults]\nmin_calls = 5\n")
+    code = main(
+        ["check", "--baseline", before, "--candidate", after, "--rules", str(tmp_path / "rules.toml"), "--json"]
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and {f["tool"] for f in report["failures"]} >= {"search_orders"}
