@@ -172,6 +172,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from collector.receiver import DEFAULT_MAX_BODY_BYTES, MAX_BODY_ENV, TOKEN_ENV, ReceiverConfig, RunningReceiver
 
+    from collector.rules import load_rules
+
+    load_rules(args.rules)  # a bad rules file stops us here, naming its line and key
     config = CollectorConfig.resolve(db=args.db, encoding=args.encoding)
     rc = ReceiverConfig(
         host=args.host,
@@ -182,15 +185,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
         spool_dir=args.spool,
     )
     running = RunningReceiver(config, rc)
+    stop = threading.Event()
+    watcher = threading.Thread(
+        target=run_watch,
+        args=(config.db, args.rules, args.webhook or os.environ.get("TOOLMETER_WEBHOOK_URL"), args.watch_interval, stop),
+        name="toolmeter-watch",
+        daemon=True,
+    )
+    watcher.start()
     grpc_note = f", OTLP/gRPC on {rc.host}:{running.grpc_port}" if running.grpc_port else ""
     print(f"toolmeter receiving OTLP/HTTP on {running.url}{grpc_note}; store {config.db}", flush=True)
     print(f"point agents at it: OTEL_EXPORTER_OTLP_ENDPOINT={running.url}", flush=True)
-    stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with contextlib.suppress(KeyboardInterrupt):
         stop.wait()
     print("stopping: writing what is queued ...", flush=True)
+    stop.set()
     running.stop()
+    watcher.join(timeout=30)
     return 0
 
 
@@ -342,6 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-body-bytes", type=int, default=None, help="largest request accepted (default 64 MiB)")
     p.add_argument("--spool", default=None, help="spool folder (default: <db>.spool)")
+    p.add_argument("--rules", default=None, help="alert rules (TOML), evaluated every --watch-interval seconds")
+    p.add_argument("--webhook", default=None, help="POST new alerts here (or set TOOLMETER_WEBHOOK_URL)")
+    p.add_argument("--watch-interval", type=float, default=300.0, help="seconds between alert evaluations")
     p.add_argument("--encoding", choices=ENCODINGS, default=None)
     p.set_defaults(func=cmd_serve)
 
