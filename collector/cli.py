@@ -171,7 +171,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from collector.receiver import DEFAULT_MAX_BODY_BYTES, MAX_BODY_ENV, TOKEN_ENV, ReceiverConfig, RunningReceiver
-
     from collector.rules import load_rules
 
     load_rules(args.rules)  # a bad rules file stops us here, naming its line and key
@@ -188,7 +187,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     watcher = threading.Thread(
         target=run_watch,
-        args=(config.db, args.rules, args.webhook or os.environ.get("TOOLMETER_WEBHOOK_URL"), args.watch_interval, stop),
+        args=(
+            config.db,
+            args.rules,
+            args.webhook or os.environ.get("TOOLMETER_WEBHOOK_URL"),
+            args.watch_interval,
+            stop,
+        ),
         name="toolmeter-watch",
         daemon=True,
     )

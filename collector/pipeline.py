@@ -23,6 +23,7 @@ from collector.config import CollectorConfig
 from collector.dialects import LLM, TOOL, SpanData, extract_llm_call, extract_tool_call
 from collector.measure import measure
 from collector.messages import tool_responses
+from collector.metrics import ToolMetrics
 from collector.model import Issue, ToolCall
 from collector.payload_store import PayloadStore, payload_dir
 from collector.store import Batch, Store, WriteResult
@@ -92,10 +93,13 @@ def payload_row(
 class Pipeline:
     """Measures items and writes them; owns the store and the counters."""
 
-    def __init__(self, config: CollectorConfig, collector_id: str | None = None) -> None:
+    def __init__(self, config: CollectorConfig, collector_id: str | None = None, meter_provider: Any = None) -> None:
         self.config = config
         self.store = Store(config.db)
         self.payloads = PayloadStore(payload_dir(config.db))
+        # per-tool histograms and counters through the OpenTelemetry metrics API: a no-op
+        # unless the process (or meter_provider) has a metrics SDK configured
+        self.metrics = ToolMetrics(meter_provider)
         self.counter = TokenCounter(config.encoding)
         self.counters = Counters()
         self.lock = threading.Lock()
@@ -275,6 +279,8 @@ class Pipeline:
         )
         batch.stats = stats
         result = self.store.write(batch)
+        self.metrics.record_rows(batch.tool_rows)
+        self.metrics.record_dropped_total(stats["dropped"])
         touched = {r["trace_id"] for r in batch.message_rows} | {
             r["trace_id"] for r in batch.tool_rows if r["tool_call_id"]
         }

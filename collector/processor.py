@@ -76,6 +76,7 @@ class ToolResultProcessor(SpanProcessor):
         forward_to: OTLP/HTTP endpoint of a ``toolmeter serve`` (e.g. ``http://127.0.0.1:4318``):
             forward spans with their payloads there instead of measuring in this process.
         forward_token: bearer token for that receiver.
+        meter_provider: where per-tool metrics go (:mod:`collector.metrics`); the global one by default.
 
     Unset arguments come from ``TOOLMETER_*`` variables (:mod:`collector.config`).
     """
@@ -93,6 +94,7 @@ class ToolResultProcessor(SpanProcessor):
         flush_interval: float | None = None,
         forward_to: str | None = None,
         forward_token: str | None = None,
+        meter_provider: Any = None,
     ) -> None:
         self.config = CollectorConfig.resolve(
             db=os.fspath(db) if db is not None else None,
@@ -107,7 +109,8 @@ class ToolResultProcessor(SpanProcessor):
         self._forward_to = forward_to
         self._forward_token = forward_token
         self._forwarder = Forwarder(forward_to, forward_token) if forward_to else None
-        self._pipeline = Pipeline(self.config) if self._forwarder is None else None
+        self._meter_provider = meter_provider
+        self._pipeline = Pipeline(self.config, meter_provider=meter_provider) if self._forwarder is None else None
         if self._pipeline is not None:
             self._pipeline.store.ensure_schema()  # fail here, in the user's set-up code, not later
         self._init_state()
@@ -145,7 +148,7 @@ class ToolResultProcessor(SpanProcessor):
         if self._forwarder is not None:
             self._forwarder = Forwarder(self._forward_to or "", self._forward_token)
         else:
-            self._pipeline = Pipeline(self.config)
+            self._pipeline = Pipeline(self.config, meter_provider=self._meter_provider)
         self._init_state()
 
     @property
