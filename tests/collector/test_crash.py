@@ -100,7 +100,7 @@ def test_a_faster_producer_gets_503_and_the_real_exporter_retries_until_stored(s
             max_export_batch_size=20,
             schedule_delay_millis=50,
             max_queue_size=10_000,
-        )  # fmt: skip
+        )
     )
     tracer = provider.get_tracer("burst")
     for i in range(300):
