@@ -80,7 +80,16 @@ def agent_side(spans: int, rounds: int, result: str) -> list[tuple[str, float]]:
         tp.add_span_processor(p)
         return tp, p
 
+    def forwarding() -> tuple[TracerProvider, object]:
+        # forwarding mode, pointed at a closed port: the agent-side cost is what matters
+        tp = TracerProvider(shutdown_on_exit=False)
+        p = ToolResultProcessor(forward_to="http://127.0.0.1:9", max_queue_size=spans * 2, max_batch_size=spans * 2,
+                                flush_interval=3600)  # fmt: skip
+        tp.add_span_processor(p)
+        return tp, p
+
     variants = [("no processor", no_processor), ("BatchSpanProcessor + no-op exporter", batch_noop),
+                ("ToolResultProcessor, forwarding mode (worker idle)", forwarding),
                 ("ToolResultProcessor (on_end only, worker idle)", toolmeter_idle),
                 ("ToolResultProcessor (worker measuring meanwhile)", toolmeter)]  # fmt: skip
     results: dict[str, list[float]] = {name: [] for name, _ in variants}
@@ -97,6 +106,26 @@ def agent_side(spans: int, rounds: int, result: str) -> list[tuple[str, float]]:
             results[name].append((time.perf_counter() - t0) / spans)
             tp.shutdown()
     return [(name, statistics.median(v)) for name, v in results.items()]
+
+
+def on_end_alone(calls: int = 100_000) -> list[tuple[str, float]]:
+    """Time of on_end itself (timeit, one finished span offered again and again)."""
+    import timeit
+
+    tmp = tempfile.mkdtemp(prefix="toolmeter-bench-")
+    tp = TracerProvider(shutdown_on_exit=False)
+    attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "s", "gen_ai.tool.call.result": "x" * 1000}
+    with tp.get_tracer("b").start_as_current_span("execute_tool s", attributes=attrs) as span:
+        pass
+    readable = span._readable_span()  # type: ignore[attr-defined]
+    ours = ToolResultProcessor(db=os.path.join(tmp, "o.duckdb"), max_queue_size=calls * 2,
+                               max_batch_size=calls * 2, flush_interval=3600)  # fmt: skip
+    batch = BatchSpanProcessor(NoOpExporter(), max_queue_size=calls * 2, schedule_delay_millis=3_600_000,
+                               max_export_batch_size=calls * 2)  # fmt: skip
+    rows = []
+    for name, proc in (("BatchSpanProcessor.on_end", batch), ("ToolResultProcessor.on_end", ours)):
+        rows.append((name, timeit.timeit(lambda p=proc: p.on_end(readable), number=calls) / calls))  # type: ignore[misc]
+    return rows
 
 
 def throughput(payloads: list[str], repeat: int) -> list[tuple[str, float, float]]:
@@ -145,6 +174,11 @@ def main() -> None:
     print(f"   {'variant':<50} {'us/span':>9} {'vs Batch':>9}")
     for name, sec in rows:
         print(f"   {name:<50} {sec * 1e6:>9.2f} {sec / base:>8.2f}x")
+    print("\n   on_end alone (timeit, 100,000 calls of one finished span)")
+    rows2 = on_end_alone()
+    base2 = rows2[0][1]
+    for name, sec in rows2:
+        print(f"   {name:<50} {sec * 1e6:>9.2f} {sec / base2:>8.2f}x")
     payloads = _payloads()
     print(f"\n2. measurement throughput on {len(payloads)} real payloads x {args.repeat}")
     rows3 = throughput(payloads, args.repeat)

@@ -58,7 +58,9 @@ def ingest_files(
             except InputError as e:
                 summary.failed_files.append(path)
                 issues.append(Issue(path, str(e).removeprefix(f"{path}: "), level="error"))
-            chunks = [items[i : i + BATCH_SIZE] for i in range(0, len(items), BATCH_SIZE)] or [[]]
+            # interleaved chunks, at least two per worker, so large results spread over the cores
+            n_chunks = max(workers * 2, -(-len(items) // BATCH_SIZE))
+            chunks = [items[i::n_chunks] for i in range(n_chunks) if items[i::n_chunks]] or [[]]
             batches = pool.map(pipeline.build_batch, chunks)
             done = 0
             for n, batch in enumerate(batches):
@@ -66,7 +68,7 @@ def ingest_files(
                     batch.issue_rows += pipeline.build_batch([], issues).issue_rows
                 result = pipeline.write(batch)
                 done += len(chunks[n])
-                if progress and len(chunks) > 4:  # long files: say how far we are
+                if progress and len(chunks) > 2 * workers:  # long files: say how far we are
                     progress(f"{path}: {done:,} of {len(items):,} tool/LLM spans measured")
                 summary.tool_calls += result.tool_calls
                 summary.llm_calls += result.llm_calls

@@ -191,7 +191,10 @@ class Receiver:
                 items += self._items(kind, body)
             except InputError as e:  # was valid when accepted; only a changed decoder gets here
                 logger.error("toolmeter receiver: spooled request no longer decodes: %s", e)
-        chunks = [items[i : i + 128] for i in range(0, len(items), 128)] or [[]]
+        # interleaved chunks, at least two per worker: a few megabyte results must not all
+        # land on one thread while the other idles
+        n_chunks = max(self.rc.workers * 2, -(-len(items) // 128))
+        chunks = [items[i::n_chunks] for i in range(n_chunks) if items[i::n_chunks]] or [[]]
         batch = Batch()
         for part in self._pool.map(self.pipeline.build_batch, chunks):
             batch.extend(part)
