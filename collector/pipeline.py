@@ -43,6 +43,8 @@ class Counters:
     dropped: int = 0
     failed: int = 0
     duplicates: int = 0
+    refused: int = 0
+    """Requests a receiver answered 503 because its queue was full (the client retries)."""
 
 
 LOG = "log"

@@ -128,6 +128,8 @@ class Receiver:
         with self._lock:
             if self._queue and self._queued_bytes + len(body) > self.rc.max_queued_bytes:
                 self.refused += 1
+                with self.pipeline.lock:
+                    self.pipeline.counters.refused = self.refused
                 raise QueueFull()
         segment, end = self.spool.append(kind, body)
         with self._lock:

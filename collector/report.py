@@ -111,9 +111,9 @@ def collector_totals(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     """Sums of every collector's counters (dropped, failed, written...)."""
     row = con.execute(
         """SELECT coalesce(sum(spans_seen), 0), coalesce(sum(dropped), 0), coalesce(sum(failed), 0),
-                  coalesce(sum(tool_calls_written), 0), coalesce(sum(duplicates), 0)
+                  coalesce(sum(tool_calls_written), 0), coalesce(sum(duplicates), 0), coalesce(sum(refused), 0)
            FROM collector_stats"""
     ).fetchone()
     assert row is not None
-    keys = ("spans_seen", "dropped", "failed", "tool_calls_written", "duplicates")
+    keys = ("spans_seen", "dropped", "failed", "tool_calls_written", "duplicates", "refused")
     return dict(zip(keys, (int(v) for v in row), strict=True))

@@ -97,7 +97,8 @@ CREATE TABLE IF NOT EXISTS collector_stats (
     llm_calls_written   BIGINT,
     dropped             BIGINT,   -- refused because the queue was full
     failed              BIGINT,   -- could not be read or measured (see ingest_issues)
-    duplicates          BIGINT    -- already in the store (same trace and span id)
+    duplicates          BIGINT,   -- already in the store (same trace and span id)
+    refused             BIGINT    -- receiver requests answered 503, queue full (clients retry)
 );
 
 -- Problems met while reading spans: which source, which span, which field, what to do.

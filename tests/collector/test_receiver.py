@@ -175,6 +175,8 @@ def test_full_queue_answers_503_with_retry_after(serve, db_path: str) -> None:  
     r.receiver.paused = False
     assert r.receiver.flush()
     assert len(stored(db_path)) == 1
+    with read_connection(db_path) as con:
+        assert con.execute("SELECT sum(refused) FROM collector_stats").fetchone() == (1,)
 
 
 def test_acknowledged_requests_survive_a_crash_before_they_were_written(db_path: str, tmp_path: Path) -> None:
@@ -219,3 +221,46 @@ def test_forwarding_mode_measures_in_the_receiver_not_the_agent(serve, db_path: 
             "SELECT tool_name, raw_bytes, raw_tokens, truncated, retained_ranges FROM tool_calls"
         ).fetchone()
     assert row == ("fetch_pod_logs", len(raw), counter.count(raw).tokens, True, [[0, 1000]])
+
+
+def test_claude_code_log_events_over_otlp_logs(serve, db_path: str) -> None:  # type: ignore[no-untyped-def]
+    def record(name: str, attrs: dict[str, object], t: int) -> dict:  # type: ignore[type-arg]
+        kv = [{"key": k, "value": {"intValue": str(v)} if isinstance(v, int) else {"stringValue": str(v)}}
+              for k, v in {"event.name": name, "session.id": "sess-1", **attrs}.items()]  # fmt: skip
+        return {"timeUnixNano": str(1_764_000_000_000_000_000 + t * 1_000_000_000), "attributes": kv,
+                "body": {"stringValue": f"claude_code.{name}"}}  # fmt: skip
+
+    logs = [
+        record("api_request", {"model": "claude-sonnet-4-5", "input_tokens": 1200, "output_tokens": 80, "request_id": "r1"}, 1),
+        record("tool_result", {"tool_name": "Read", "success": "true", "duration_ms": 40, "tool_result_size_bytes": 48213,
+                               "tool_use_id": "toolu_01"}, 2),
+        record("api_request", {"model": "claude-sonnet-4-5", "input_tokens": 13200, "output_tokens": 60, "request_id": "r2"}, 3),
+    ]  # fmt: skip
+    doc = {"resourceLogs": [{"resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "claude-code"}}]},
+                             "scopeLogs": [{"scope": {"name": "com.anthropic.claude_code.events"}, "logRecords": logs}]}]}  # fmt: skip
+    r = serve()
+    status, _, _ = post(f"{r.url}/v1/logs", json.dumps(doc).encode())
+    assert status == 200
+    assert r.receiver.flush()
+    with read_connection(db_path) as con:
+        row = con.execute(
+            "SELECT tool_name, tool_call_id, raw_bytes, raw_tokens, dialect, later_llm_calls FROM tool_calls"
+        ).fetchone()
+        assert con.execute("SELECT count(*) FROM llm_calls").fetchone() == (2,)
+    assert row == ("Read", "toolu_01", 48213, None, "claude_code", 1)
+
+
+@pytest.mark.slow
+def test_a_span_with_a_100_mb_attribute(serve, db_path: str) -> None:  # type: ignore[no-untyped-def]
+    big = ("retry after timeout " * 5_000_000)[:100_000_000]
+    body = json.dumps(otlp(tool(1, big), tool(2, "small neighbour", trace="dd" * 16))).encode()
+    r = serve()
+    status, text, _ = post(f"{r.url}/v1/traces", body)
+    assert status == 413 and "64 MiB" not in text.decode() and "--max-body-bytes" in text.decode()
+    r2 = serve(max_body_bytes=150_000_000)
+    status, _, _ = post(f"{r2.url}/v1/traces", body)
+    assert status == 200
+    assert r2.receiver.flush(timeout_s=300)
+    with read_connection(db_path) as con:
+        rows = con.execute("SELECT raw_bytes, raw_tokens_exact FROM tool_calls ORDER BY raw_bytes").fetchall()
+    assert rows == [(15, True), (100_000_000, True)]
