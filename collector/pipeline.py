@@ -26,6 +26,7 @@ from collector.messages import tool_responses
 from collector.metrics import ToolMetrics
 from collector.model import Issue, ToolCall
 from collector.payload_store import PayloadStore, payload_dir
+from collector.redact import Redactor
 from collector.store import Batch, Store, WriteResult
 from collector.tokens import TokenCounter
 
@@ -102,6 +103,7 @@ class Pipeline:
         # per-tool histograms and counters through the OpenTelemetry metrics API: a no-op
         # unless the process (or meter_provider) has a metrics SDK configured
         self.metrics = ToolMetrics(meter_provider)
+        self.redactor = Redactor.from_env()
         self.counter = TokenCounter(config.encoding)
         self.counters = Counters()
         self.lock = threading.Lock()
@@ -124,19 +126,8 @@ class Pipeline:
                         if text is not None:  # the model's input in this batch says what it saw
                             call = replace(call, view=text, view_origin="message")
                     row, payloads = measure(call, self.counter)
+                    self._store_payloads(row, payloads, batch)
                     batch.tool_rows.append(row)
-                    if self.config.store_payloads:
-                        cap = self.config.payload_cap_bytes
-                        stored = [
-                            payload_row(self.payloads, call.trace_id, call.span_id, k, d, cap)
-                            for k, d in payloads.items()
-                        ]
-                        batch.payload_rows += stored
-                        if any(p["cut"] for p in stored):
-                            row["warnings"].append(
-                                f"payload stored as head and tail only (over {self.config.payload_cap_bytes:,} bytes); "
-                                "figures are from the whole payload"
-                            )
                 elif item.kind == LLM:
                     llm, found = extract_llm_call(item.span)
                     issues += found
@@ -171,6 +162,33 @@ class Pipeline:
             self.counters.failed += failed
         return batch
 
+    def _store_payloads(self, row: dict[str, Any], payloads: dict[str, bytes], batch: Batch) -> None:
+        """Redact secrets, then queue the payloads for storage (figures were measured on the originals).
+
+        Payloads are masked with same-length placeholders, so the retained ranges (byte
+        offsets of the original) still point at the right bytes of what is stored.
+        """
+        redactions = 0
+        for column in ("arguments", "error"):
+            if row.get(column):
+                row[column], n = self.redactor.redact_text(row[column])
+                redactions += n
+        if self.config.store_payloads:
+            cap = self.config.payload_cap_bytes
+            stored = []
+            for kind, data in payloads.items():
+                clean, n = self.redactor.redact_bytes_same_length(data)
+                redactions += n
+                stored.append(payload_row(self.payloads, row["trace_id"], row["span_id"], kind, clean, cap))
+            batch.payload_rows += stored
+            if any(p["cut"] for p in stored):
+                row["warnings"].append(
+                    f"payload stored as head and tail only (over {cap:,} bytes); figures are from the whole payload"
+                )
+        row["redactions"] = redactions
+        if redactions:
+            row["warnings"].append(f"{redactions} secret(s) redacted before storing; counts are of the original")
+
     def _message_views(self, items: list[Item], batch: Batch) -> dict[tuple[str, str], str]:
         """Record the tool responses that LLM calls' inputs carried; return them by (trace, call id)."""
         views: dict[tuple[str, str], str] = {}
@@ -183,7 +201,7 @@ class Pipeline:
                 if key in views:
                     continue
                 views[key] = text
-                data = text.encode("utf-8", errors="surrogatepass")
+                data, _ = self.redactor.redact_bytes_same_length(text.encode("utf-8", errors="surrogatepass"))
                 row: dict[str, Any] = {"trace_id": span.trace_id, "tool_call_id": call_id,
                                        "llm_span_id": span.span_id, "bytes": len(data), "tokens": None,
                                        "blob_id": None}  # fmt: skip
@@ -257,11 +275,8 @@ class Pipeline:
         issues += found
         if call is not None:
             row, payloads = measure(call, self.counter)
+            self._store_payloads(row, payloads, batch)
             batch.tool_rows.append(row)
-            if self.config.store_payloads:
-                cap = self.config.payload_cap_bytes
-                for k, d in payloads.items():
-                    batch.payload_rows.append(payload_row(self.payloads, call.trace_id, call.span_id, k, d, cap))
             return
         llm, found = claude_code.llm_call_from_log_with_issues(log)  # type: ignore[arg-type]
         issues += found

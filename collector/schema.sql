@@ -43,6 +43,7 @@ CREATE TABLE IF NOT EXISTS tool_calls (
     schema_fields       VARCHAR[],          -- 'path:type' entries the fingerprint was computed from
     arguments           VARCHAR,
     warnings            VARCHAR[],
+    redactions          INTEGER,            -- secrets masked in the stored payloads and arguments
     later_llm_calls     BIGINT,             -- LLM calls of the trace that started after this call ended
                                             -- (kept up to date at every write; window cost = view_tokens x this)
     PRIMARY KEY (trace_id, span_id)

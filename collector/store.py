@@ -75,6 +75,7 @@ _TOOL_SCHEMA = pa.schema(
         ("schema_fields", pa.list_(pa.string())),
         ("arguments", pa.string()),
         ("warnings", pa.list_(pa.string())),
+        ("redactions", pa.int32()),
     ]
 )
 _LLM_SCHEMA = pa.schema(
