@@ -33,7 +33,7 @@ import duckdb
 
 from collector.errors import InputError, StoreError
 from collector.rules import Rule, Rules
-from collector.store import _connect, read_connection
+from collector.store import _connect, read_connection, rows_as_dicts
 
 CONFIRM_SHARE = 0.6
 """Share of the window after a change that the new fingerprint must hold."""
@@ -328,8 +328,7 @@ def list_alerts(db_path: str, since: datetime | None = None) -> list[dict[str, A
             "SELECT * FROM alerts WHERE ? IS NULL OR change_at >= ? ORDER BY change_at DESC, tool_name",
             [since, since],
         )
-        cols = [d[0] for d in cur.description]
-        rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+        rows = rows_as_dicts(cur)
     for row in rows:
         if isinstance(row.get("evidence"), str):
             row["evidence"] = json.loads(row["evidence"])

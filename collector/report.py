@@ -14,6 +14,8 @@ from typing import Any
 
 import duckdb
 
+from collector.store import rows_as_dicts
+
 RANK_METRICS = {
     "view": "view_tokens_p99",
     "raw": "raw_tokens_p99",
@@ -98,8 +100,7 @@ def ranking(con: duckdb.DuckDBPyConnection, filters: Filters | None = None, by: 
         ORDER BY {RANK_METRICS[by]} DESC NULLS LAST, tool
     """
     cur = con.execute(sql, params)
-    cols = [d[0] for d in cur.description]
-    rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    rows = rows_as_dicts(cur)
     for row in rows:
         for key, value in row.items():
             if isinstance(value, float) and key.endswith(("_p50", "_p95", "_p99", "_rate")):

@@ -162,6 +162,12 @@ class WriteResult:
     duplicates: int
 
 
+def rows_as_dicts(cur: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """The rest of a query's rows, each as {column: value}."""
+    cols = [d[0] for d in cur.description or []]
+    return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+
+
 def schema_sql() -> str:
     """The DDL of the store (``collector/schema.sql``)."""
     return importlib.resources.files("collector").joinpath("schema.sql").read_text(encoding="utf-8")
@@ -316,8 +322,7 @@ class Store:
                    WHERE t.view_source = 'raw' AND t.trace_id IN (SELECT unnest(?::VARCHAR[]))""",
                 [trace_ids],
             )
-            cols = [d[0] for d in cur.description]
-            return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+            return rows_as_dicts(cur)
         except duckdb.Error as e:
             raise StoreError(f"cannot read the toolmeter store {self.path}: {e}") from e
         finally:

@@ -74,7 +74,7 @@ from typing import Any
 import duckdb
 
 from collector.errors import ConfigError, StoreError
-from collector.store import LOCK_RETRY_SECONDS, _connect
+from collector.store import LOCK_RETRY_SECONDS, _connect, rows_as_dicts
 
 logger = logging.getLogger("toolmeter")
 
@@ -271,8 +271,7 @@ def _pending(db_path: str, max_attempts: int) -> list[dict[str, Any]]:
                ORDER BY detected_at NULLS LAST, alert_id""",
             [max_attempts],
         )
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+        return rows_as_dicts(cur)
     except duckdb.Error as e:
         raise StoreError(f"cannot read alerts from the toolmeter store {db_path}: {e}") from e
     finally:

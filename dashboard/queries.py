@@ -14,7 +14,9 @@ from typing import Any
 import duckdb
 import pandas as pd
 
+from collector.alerts import schema_diff
 from collector.report import Filters, collector_totals, ranking
+from collector.store import rows_as_dicts
 
 SIZE_METRICS = {"view_tokens": "tokens shown to the model", "raw_tokens": "tokens the tool produced",
                 "raw_bytes": "bytes the tool produced"}  # fmt: skip
@@ -154,12 +156,8 @@ def _fields(con: duckdb.DuckDBPyConnection, tool: str, fingerprint: str) -> list
 
 def diff_fields(before: list[str], after: list[str]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """(added, removed, type-changed) between two ``path:type`` field lists."""
-    b = dict(f.rsplit(":", 1) for f in before)
-    a = dict(f.rsplit(":", 1) for f in after)
-    added = tuple(sorted(f"{p}:{a[p]}" for p in a.keys() - b.keys()))
-    removed = tuple(sorted(f"{p}:{b[p]}" for p in b.keys() - a.keys()))
-    changed = tuple(sorted(f"{p}: {b[p]} -> {a[p]}" for p in a.keys() & b.keys() if a[p] != b[p]))
-    return added, removed, changed
+    diff = schema_diff(before, after)
+    return tuple(diff["added"]), tuple(diff["removed"]), tuple(diff["changed"])
 
 
 def schema_changes(con: duckdb.DuckDBPyConnection, filters: Filters, tool: str) -> list[SchemaChange]:
@@ -307,8 +305,7 @@ def alerts(
         "SELECT * FROM alerts WHERE state IN (SELECT unnest(?::VARCHAR[])) ORDER BY change_at DESC, tool_name",
         [list(states)],
     )
-    cols = [d[0] for d in cur.description]
-    rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    rows = rows_as_dicts(cur)
     for row in rows:
         if isinstance(row.get("evidence"), str):
             row["evidence"] = json.loads(row["evidence"])
