@@ -212,17 +212,15 @@ class Pipeline:
                 batch.message_rows.append(row)
         return views
 
-    def join_late_views(self, trace_ids: list[str]) -> int:
+    def join_late_views(self, pending: list[dict[str, Any]]) -> int:
         """Measure the view of tool calls whose response reached the model in a later batch.
 
         The tool span and the LLM call that read its result often end in different batches
-        (the LLM call takes seconds); this runs after each write for the traces it touched.
+        (the LLM call takes seconds); ``pending`` comes from the write of the traces it touched.
         Returns how many tool calls got their view.
         """
-        pending = self.store.pending_joins(trace_ids)
         rows: list[dict[str, Any]] = []
-        payload_rows: list[dict[str, Any]] = []
-        cap = self.config.payload_cap_bytes
+        late = Batch()
         for old in pending:
             raw = self._stored_raw(old)
             if old["message_blob_id"] is not None:
@@ -247,24 +245,23 @@ class Pipeline:
                 warnings=tuple(w for w in old["warnings"] or [] if "payload stored as head and tail" not in w),
             )  # fmt: skip
             row, payloads = measure(call, self.counter)
+            # raw figures were measured on the original; the stored raw is redacted
+            for column in ("raw_bytes", "raw_tokens", "raw_tokens_exact", "over_budget", "schema_fingerprint",
+                           "schema_fields", "shape", "shape_source"):  # fmt: skip
+                row[column] = old[column]
+            # the same redaction as any payload; the raw is already stored (and redacted)
+            self._store_payloads(row, {k: v for k, v in payloads.items() if k == "view"}, late)
             rows.append(row)
-            if self.config.store_payloads and "view" in payloads:
-                payload_rows.append(
-                    payload_row(self.payloads, call.trace_id, call.span_id, "view", payloads["view"], cap)
-                )
-        self.store.replace_tool_rows(rows, payload_rows)
+        self.store.replace_tool_rows(rows, late.payload_rows)
         return len(rows)
 
     def _stored_raw(self, row: dict[str, Any]) -> bytes | None:
-        """The raw payload of a stored call, when it was stored whole."""
-        if not self.config.store_payloads:
+        """The raw payload of a stored call (as stored: redacted, same length), when kept whole."""
+        if row["raw_cut"] is None or row["raw_cut"]:
             return None
-        con_rows = self.store.payload_meta(row["trace_id"], row["span_id"], "raw")
-        if con_rows is None or con_rows["cut"]:
-            return None
-        if con_rows["inline"] is not None:
-            return bytes(con_rows["inline"])
-        return self.payloads.get(con_rows["blob_id"])
+        if row["raw_inline"] is not None:
+            return bytes(row["raw_inline"])
+        return self.payloads.get(row["raw_blob_id"])
 
     def _log_item(self, item: Item, batch: Batch, issues: list[Issue]) -> None:
         """An OTLP log event: Claude Code's tool results and API requests."""
@@ -295,14 +292,15 @@ class Pipeline:
             started_at=self.started_at,
         )
         batch.stats = stats
+        # the view of a call may sit in another batch: an earlier LLM call's input, or a later one
+        touched = {r["trace_id"] for r in batch.message_rows}
+        touched |= {r["trace_id"] for r in batch.tool_rows if r["tool_call_id"] and r["view_source"] == "raw"}
+        batch.join_traces = sorted(touched)
         result = self.store.write(batch)
         self.metrics.record_rows(batch.tool_rows)
         self.metrics.record_dropped_total(stats["dropped"])
-        touched = {r["trace_id"] for r in batch.message_rows} | {
-            r["trace_id"] for r in batch.tool_rows if r["tool_call_id"]
-        }
-        if batch.message_rows and touched:
-            self.join_late_views(sorted(touched))
+        if result.pending_joins:
+            self.join_late_views(result.pending_joins)
         with self.lock:
             self.counters.tool_calls_written += result.tool_calls
             self.counters.llm_calls_written += result.llm_calls

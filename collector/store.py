@@ -140,6 +140,8 @@ class Batch:
     issue_rows: list[dict[str, Any]] = field(default_factory=list)
     message_rows: list[dict[str, Any]] = field(default_factory=list)
     stats: dict[str, Any] | None = None
+    join_traces: list[str] = field(default_factory=list)
+    """Traces whose tool calls may now be joined to a message view (see WriteResult)."""
     progress: tuple[str, int, int] | None = None
     """(receiver id, spool segment, offset) reached by this batch, committed with it."""
 
@@ -160,6 +162,10 @@ class WriteResult:
     tool_calls: int
     llm_calls: int
     duplicates: int
+    pending_joins: list[dict[str, Any]] = field(default_factory=list)
+    """Tool calls of ``Batch.join_traces`` still showing the raw although an LLM call's input
+    carried their response: read in the same connection as the write, with their stored raw
+    payload's location (``raw_inline``, ``raw_blob_id``, ``raw_cut``)."""
 
 
 def rows_as_dicts(cur: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
@@ -309,37 +315,6 @@ class Store:
             con.close()
         self._schema_ready = True
 
-    def pending_joins(self, trace_ids: list[str]) -> list[dict[str, Any]]:
-        """Tool calls in ``trace_ids`` that show the raw but whose response an LLM call's
-        input carried: their view can now be measured. Each: the tool row plus the message."""
-        if not trace_ids:
-            return []
-        con = _connect(self.path, read_only=False, wait_s=self.lock_wait_s)
-        try:
-            cur = con.execute(
-                """SELECT t.*, m.bytes AS message_bytes, m.tokens AS message_tokens, m.blob_id AS message_blob_id
-                   FROM tool_calls t JOIN message_views m USING (trace_id, tool_call_id)
-                   WHERE t.view_source = 'raw' AND t.trace_id IN (SELECT unnest(?::VARCHAR[]))""",
-                [trace_ids],
-            )
-            return rows_as_dicts(cur)
-        except duckdb.Error as e:
-            raise StoreError(f"cannot read the toolmeter store {self.path}: {e}") from e
-        finally:
-            con.close()
-
-    def payload_meta(self, trace_id: str, span_id: str, kind: str) -> dict[str, Any] | None:
-        """The ``payloads`` row of one call's raw or view payload."""
-        con = _connect(self.path, read_only=False, wait_s=self.lock_wait_s)
-        try:
-            cur = con.execute(
-                "SELECT * FROM payloads WHERE trace_id = ? AND span_id = ? AND kind = ?", [trace_id, span_id, kind]
-            )
-            row = cur.fetchone()
-            return dict(zip([d[0] for d in cur.description], row, strict=True)) if row else None
-        finally:
-            con.close()
-
     def replace_tool_rows(self, rows: list[dict[str, Any]], payload_rows: list[dict[str, Any]]) -> None:
         """Rewrite tool-call rows (after a late join) in one transaction."""
         if not rows:
@@ -444,4 +419,16 @@ class Store:
                 f"INSERT OR REPLACE INTO collector_stats ({cols}, updated_at) VALUES ({marks}, now()::TIMESTAMP)",
                 list(stats.values()),
             )
-        return WriteResult(tools, llms, duplicates)
+        pending: list[dict[str, Any]] = []
+        if batch.join_traces:
+            pending = rows_as_dicts(
+                con.execute(
+                    """SELECT t.*, m.bytes AS message_bytes, m.tokens AS message_tokens, m.blob_id AS message_blob_id,
+                              p.inline AS raw_inline, p.blob_id AS raw_blob_id, p.cut AS raw_cut
+                       FROM tool_calls t JOIN message_views m USING (trace_id, tool_call_id)
+                       LEFT JOIN payloads p ON p.trace_id = t.trace_id AND p.span_id = t.span_id AND p.kind = 'raw'
+                       WHERE t.view_source = 'raw' AND t.trace_id IN (SELECT unnest(?::VARCHAR[]))""",
+                    [batch.join_traces],
+                )
+            )
+        return WriteResult(tools, llms, duplicates, pending)

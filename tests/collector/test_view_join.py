@@ -72,3 +72,53 @@ def test_join_across_batches(provider_with, db_path: str, counter) -> None:  # t
     provider, processor = provider_with(flush_interval=3600)
     _run(provider, processor, flush_between=True)
     check(db_path, counter)
+
+
+def test_join_when_the_message_arrives_before_the_tool_span(provider_with, db_path: str, counter) -> None:  # type: ignore[no-untyped-def]
+    provider, processor = provider_with(flush_interval=3600)
+    tracer = provider.get_tracer("agent")
+    with tracer.start_as_current_span("invoke_agent"):
+        llm_attrs = {"gen_ai.operation.name": "chat", "gen_ai.input.messages": gen_ai_messages("call_42", SHOWN)}
+        with tracer.start_as_current_span("chat gpt-4o", attributes=llm_attrs):
+            pass
+        assert processor.force_flush()  # the message is stored first (e.g. spans exported out of order)
+        tool_attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "fetch_pod_logs",
+                      "gen_ai.tool.call.id": "call_42", "gen_ai.tool.call.result": RAW}  # fmt: skip
+        with tracer.start_as_current_span("execute_tool fetch_pod_logs", attributes=tool_attrs):
+            pass
+    assert processor.force_flush()
+    with read_connection(db_path) as con:
+        assert con.execute("SELECT view_source, truncated, raw_tokens FROM tool_calls").fetchone() == (
+            "message",
+            True,
+            counter.count(RAW).tokens,
+        )
+
+
+def test_a_late_joined_view_is_redacted_and_raw_counts_stay_those_of_the_original(
+    provider_with, db_path: str, counter
+) -> None:  # type: ignore[no-untyped-def]
+    from collector.payload_store import load_payload
+
+    secret = "ghp_" + "a1B2c3D4e5" * 4
+    raw = RAW + f"\ntoken leaked: {secret}\n"
+    shown = raw[:3000] + f"\n{secret}\n[truncated]"
+    provider, processor = provider_with(flush_interval=3600)
+    tracer = provider.get_tracer("agent")
+    with tracer.start_as_current_span("invoke_agent"):
+        tool_attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "fetch_pod_logs",
+                      "gen_ai.tool.call.id": "call_7", "gen_ai.tool.call.result": raw}  # fmt: skip
+        with tracer.start_as_current_span("execute_tool fetch_pod_logs", attributes=tool_attrs):
+            pass
+        assert processor.force_flush()
+        llm_attrs = {"gen_ai.operation.name": "chat", "gen_ai.input.messages": gen_ai_messages("call_7", shown)}
+        with tracer.start_as_current_span("chat gpt-4o", attributes=llm_attrs):
+            pass
+    assert processor.force_flush()
+    with read_connection(db_path) as con:
+        trace_id, span_id, view_source, raw_tokens = con.execute(
+            "SELECT trace_id, span_id, view_source, raw_tokens FROM tool_calls"
+        ).fetchone()  # type: ignore[misc]
+        view = load_payload(con, db_path, trace_id, span_id, "view")
+    assert view_source == "message" and raw_tokens == counter.count(raw).tokens
+    assert view is not None and secret.encode() not in view.head and b"REDACTED" in view.head
