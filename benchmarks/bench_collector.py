@@ -4,11 +4,15 @@ Prints two tables, each figure next to a baseline measured in the same run:
 
 1. Agent-side time per tool span (what the agent's thread pays in ``span.end()``):
    no processor, ``BatchSpanProcessor`` with a no-op exporter, and ToolResultProcessor.
-2. Measurement throughput (MB/s and spans/s) of the pipeline on real payloads from
+2. The agent's own Python work while toolmeter takes in every span it makes at full rate:
+   in-process mode (measuring on the agent's interpreter) and forwarding mode (sending to a
+   ``toolmeter serve`` started on loopback, which measures in its own process), against
+   the same work with ``BatchSpanProcessor`` and with no processor.
+3. Measurement throughput (MB/s and spans/s) of the pipeline on real payloads from
    ``../shared/realworld`` against tiktoken's own ``encode_ordinary`` on the same text,
    one core.
 
-Usage: ``python benchmarks/bench_collector.py [--spans N] [--rounds R]``
+Usage: ``python benchmarks/bench_collector.py [--spans N] [--rounds R] [--work-units N]``
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -128,6 +134,89 @@ def on_end_alone(calls: int = 100_000) -> list[tuple[str, float]]:
     return rows
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _agent_work() -> int:
+    """One unit of the agent's own pure-Python work (parsing, bookkeeping): about 0.3 ms."""
+    total = 0
+    for i in range(1500):
+        total += len(str(i * i))
+    return total
+
+
+def agent_work_slowdown(units: int, rounds: int, result: str) -> list[tuple[str, float]]:
+    """Seconds per unit of agent work, each unit followed by one tool span, per variant.
+
+    The agent makes spans as fast as its own work allows, so toolmeter ingests at full rate
+    for the whole run. Forwarding mode sends to a real ``toolmeter serve`` in its own process
+    (measuring there, on the other core), so the agent's interpreter only queues spans and
+    serializes them.
+    """
+    tmp = tempfile.mkdtemp(prefix="toolmeter-bench-work-")
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "collector", "serve", "--db", os.path.join(tmp, "rx.duckdb"), "--port", str(port),
+         "--grpc-port", "0"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        _wait_for_port(port)
+
+        def none() -> TracerProvider:
+            return TracerProvider(shutdown_on_exit=False)
+
+        def batch() -> TracerProvider:
+            tp = TracerProvider(shutdown_on_exit=False)
+            tp.add_span_processor(BatchSpanProcessor(NoOpExporter(), max_queue_size=units * 2))
+            return tp
+
+        def in_process() -> TracerProvider:
+            tp = TracerProvider(shutdown_on_exit=False)
+            db = os.path.join(tmp, f"w{time.monotonic_ns()}.duckdb")
+            tp.add_span_processor(ToolResultProcessor(db=db, max_queue_size=units * 2))
+            return tp
+
+        def forwarding() -> TracerProvider:
+            tp = TracerProvider(shutdown_on_exit=False)
+            tp.add_span_processor(ToolResultProcessor(forward_to=f"http://127.0.0.1:{port}", max_queue_size=units * 2))
+            return tp
+
+        variants = [("no processor", none), ("BatchSpanProcessor + no-op exporter", batch),
+                    ("ToolResultProcessor, in-process", in_process),
+                    ("ToolResultProcessor, forwarding to toolmeter serve", forwarding)]  # fmt: skip
+        results: dict[str, list[float]] = {name: [] for name, _ in variants}
+        attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_orders",
+                 "gen_ai.tool.call.result": result}  # fmt: skip
+        for _ in range(rounds):
+            for name, make in variants:
+                tp = make()
+                tracer = tp.get_tracer("bench")
+                t0 = time.perf_counter()
+                for _i in range(units):
+                    _agent_work()
+                    with tracer.start_as_current_span("execute_tool search_orders", attributes=attrs):
+                        pass
+                results[name].append((time.perf_counter() - t0) / units)
+                tp.shutdown()  # drains: the next variant starts with an idle machine
+        return [(name, statistics.median(v)) for name, v in results.items()]
+    finally:
+        server.terminate()
+        server.wait(timeout=120)
+
+
+def _wait_for_port(port: int) -> None:
+    for _ in range(300):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"toolmeter serve did not start on port {port}")
+
+
 def throughput(payloads: list[str], repeat: int) -> list[tuple[str, float, float]]:
     """(name, MB/s, spans/s) for tiktoken alone and for the whole measurement pipeline."""
     texts = payloads * repeat
@@ -166,6 +255,7 @@ def main() -> None:
     parser.add_argument("--spans", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=3, help="passes over the real payloads for throughput")
+    parser.add_argument("--work-units", type=int, default=5_000, help="units of agent work for the slowdown table")
     args = parser.parse_args()
     result = json.dumps([{"id": i, "status": "paid", "amount": i * 1.5} for i in range(20)])
     print(f"1. agent-side time per tool span ({args.spans:,} spans x {args.rounds} rounds, median; 1 KB result)")
@@ -179,8 +269,17 @@ def main() -> None:
     base2 = rows2[0][1]
     for name, sec in rows2:
         print(f"   {name:<50} {sec * 1e6:>9.2f} {sec / base2:>8.2f}x")
+    work_result = json.dumps([{"id": i, "status": "paid", "amount": i * 1.5, "note": "x" * 40} for i in range(60)])
+    print(f"\n2. agent's own work while toolmeter ingests every span at full rate ({args.work_units:,} units of "
+          f"~0.3 ms, one {len(work_result) / 1000:.1f} KB tool span after each, median of {args.rounds})")  # fmt: skip
+    rows4 = agent_work_slowdown(args.work_units, args.rounds, work_result)
+    base4 = dict(rows4)["BatchSpanProcessor + no-op exporter"]
+    none4 = dict(rows4)["no processor"]
+    print(f"   {'variant':<50} {'ms/unit':>9} {'vs Batch':>9} {'vs none':>8}")
+    for name, sec in rows4:
+        print(f"   {name:<50} {sec * 1e3:>9.3f} {sec / base4:>8.2f}x {sec / none4:>7.2f}x")
     payloads = _payloads()
-    print(f"\n2. measurement throughput on {len(payloads)} real payloads x {args.repeat}")
+    print(f"\n3. measurement throughput on {len(payloads)} real payloads x {args.repeat}")
     rows3 = throughput(payloads, args.repeat)
     tik = rows3[0][1]
     print(f"   {'stage':<55} {'MB/s':>7} {'spans/s':>9} {'vs tiktoken':>11}")
