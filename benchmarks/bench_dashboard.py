@@ -38,8 +38,19 @@ BIG_TRACE = "f" * 32
 def build(path: str, calls: int) -> None:
     Store(path).ensure_schema()
     con = duckdb.connect(path)
-    tools = "[" + ", ".join(f"'{t}'" for t in TOOLS) + "]"
     t0 = time.perf_counter()
+    populate(con, calls)
+    con.close()
+    print(f"built {path}: {calls:,} tool calls in {time.perf_counter() - t0:.1f} s")
+
+
+def populate(con: duckdb.DuckDBPyConnection, calls: int, first: int = 0, finish: bool = True) -> None:
+    """Insert ``calls`` generated tool calls (ids from ``first``) and their LLM calls, with SQL.
+
+    ``finish`` adds the long trace and counts the LLM calls after each tool call (once, after
+    the last chunk of a store built in chunks).
+    """
+    tools = "[" + ", ".join(f"'{t}'" for t in TOOLS) + "]"
     con.execute(f"""
         INSERT INTO tool_calls BY NAME
         SELECT lpad(to_hex(i // 10), 32, '0') AS trace_id, lpad(to_hex(i), 16, '0') AS span_id,
@@ -55,7 +66,7 @@ def build(path: str, calls: int) -> None:
                25000 AS budget_tokens, random() < 0.1 AS truncated, random() < 0.05 AS over_budget,
                'view' AS view_source, 'list' AS shape,
                'fp' || (hash(i) % 3)::VARCHAR AS schema_fingerprint
-        FROM range({calls}) t(i)
+        FROM range({first}, {first + calls}) t(i)
     """)
     con.execute(f"""
         INSERT INTO llm_calls BY NAME
@@ -64,8 +75,10 @@ def build(path: str, calls: int) -> None:
                1763000000000000000 + (i // 11) * 60000000000 + (i % 11) * 2000000000 - 900000000 AS end_ns,
                make_timestamp((1763000000000000000 + (i // 11) * 60000000000 + (i % 11) * 2000000000) // 1000) AS start_time,
                'gpt-4o' AS model, 1000 + (i % 11) * 3000 AS input_tokens, 200 AS output_tokens, 'gen_ai' AS dialect
-        FROM range({calls // 10 * 11}) t(i)
+        FROM range({first // 10 * 11}, {(first + calls) // 10 * 11}) t(i)
     """)
+    if not finish:
+        return
     # one long trace: 200 tool calls, 201 LLM calls
     con.execute(f"""
         INSERT INTO tool_calls BY NAME
@@ -87,8 +100,6 @@ def build(path: str, calls: int) -> None:
         FROM range(201) t(i)
     """)
     recount_all_later_llm_calls(con)
-    con.close()
-    print(f"built {path}: {calls:,} tool calls in {time.perf_counter() - t0:.1f} s")
 
 
 def timed(fn: Callable[[], object], rounds: int) -> float:

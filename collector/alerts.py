@@ -32,6 +32,7 @@ from typing import Any
 import duckdb
 
 from collector.errors import InputError, StoreError
+from collector.lake import is_lake
 from collector.rules import Rule, Rules
 from collector.store import _connect, read_connection, rows_as_dicts
 
@@ -308,8 +309,9 @@ def evaluate(db_path: str, rules: Rules) -> list[Alert]:
         existing = {r[0] for r in con.execute("SELECT alert_id FROM alerts").fetchall()}
         new = [a for a in found if a.alert_id not in existing]
         if new:
+            verb = "INSERT" if is_lake(db_path) else "INSERT OR IGNORE"  # a lake has no keys; `new` is new
             con.executemany(
-                """INSERT OR IGNORE INTO alerts (alert_id, tool_name, kind, change_at, metric, before_value, after_value,
+                f"""{verb} INTO alerts (alert_id, tool_name, kind, change_at, metric, before_value, after_value,
                                                  ratio, summary, evidence, state, detected_at, delivery_attempts)
                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', now()::TIMESTAMP, 0)""",
                 [_row(a) for a in new],

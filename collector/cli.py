@@ -24,6 +24,7 @@ from typing import Any
 from collector.config import CollectorConfig
 from collector.errors import InputError, ToolmeterError
 from collector.ingest import ingest_files
+from collector.lake import DATA_PATH_ENV, STATE_DIR_ENV, is_lake, redact
 from collector.payload_store import payload_dir
 from collector.report import RANK_METRICS, collector_totals, ranking
 from collector.store import read_connection
@@ -78,7 +79,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             where += f" field {issue['field']}"
         print(f"toolmeter: {issue['level']}: {where}: {issue['message']}", file=sys.stderr)
     print(
-        f"ingested {summary.files} file(s) into {config.db}: {summary.tool_calls} tool calls, "
+        f"ingested {summary.files} file(s) into {redact(config.db)}: {summary.tool_calls} tool calls, "
         f"{summary.llm_calls} LLM calls, {summary.duplicates} already stored, {summary.failed} failed, "
         f"{len(summary.issues)} issue(s)"
     )
@@ -93,7 +94,7 @@ def cmd_top(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2, default=str))
         return 0
     if not rows:
-        print(f"no tool calls in {args.db} yet")
+        print(f"no tool calls in {redact(args.db)} yet")
         return 0
     header = f"{'tool':<24} {'calls':>6} {'view p50':>9} {'p95':>8} {'p99':>8} {'max':>8} {'raw p99':>8} {'trunc':>6} {'>budget':>7} {'window cost':>11}"
     print(header)
@@ -124,11 +125,15 @@ def _run_dashboard(db: str, port: int, host: str) -> int:
         sys.executable, "-m", "streamlit", "run", str(DASHBOARD_APP),
         "--server.address", host, "--server.port", str(port), "--server.headless", "true",
         "--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer",
-        "--", "--db", os.path.abspath(db),
     ]  # fmt: skip
+    env = dict(os.environ)
+    if is_lake(db):
+        env["TOOLMETER_DB"] = db  # not on the command line: a catalog password would show in `ps`
+    else:
+        cmd += ["--", "--db", os.path.abspath(db)]
     print(f"dashboard on http://{host}:{port}  (Ctrl+C to stop)", flush=True)
     try:
-        return subprocess.call(cmd)
+        return subprocess.call(cmd, env=env)
     except KeyboardInterrupt:
         return 0
 
@@ -143,13 +148,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if not files:
         print(f"toolmeter: no sample traces in {traces}; pass --traces DIR", file=sys.stderr)
         return 2
-    if not args.keep:
+    if not args.keep and not is_lake(args.db):
         for stale in (args.db, args.db + ".wal"):
             if os.path.exists(stale):
                 os.remove(stale)
         shutil.rmtree(payload_dir(args.db), ignore_errors=True)
     config = CollectorConfig.resolve(db=args.db)
-    print(f"loading {len(files)} sample trace file(s) into {args.db} ...", flush=True)
+    print(f"loading {len(files)} sample trace file(s) into {redact(args.db)} ...", flush=True)
     summary = ingest_files(files, config)
     print(f"{summary.tool_calls} tool calls, {summary.llm_calls} LLM calls measured\n")
     from collector.alerts import evaluate
@@ -198,8 +203,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         daemon=True,
     )
     watcher.start()
+    if args.maintain_every:
+        if not is_lake(config.db):
+            raise InputError("--maintain-every is for DuckLake stores ('ducklake:...'); a DuckDB file needs none")
+        threading.Thread(
+            target=_maintain_periodically, args=(config.db, _parse_duration(args.maintain_every), stop),
+            name="toolmeter-lake-maintenance", daemon=True,
+        ).start()  # fmt: skip
     grpc_note = f", OTLP/gRPC on {rc.host}:{running.grpc_port}" if running.grpc_port else ""
-    print(f"toolmeter receiving OTLP/HTTP on {running.url}{grpc_note}; store {config.db}", flush=True)
+    print(f"toolmeter receiving OTLP/HTTP on {running.url}{grpc_note}; store {redact(config.db)}", flush=True)
     print(f"point agents at it: OTEL_EXPORTER_OTLP_ENDPOINT={running.url}", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with contextlib.suppress(KeyboardInterrupt):
@@ -209,6 +221,43 @@ def cmd_serve(args: argparse.Namespace) -> int:
     running.stop()
     watcher.join(timeout=30)
     return 0
+
+
+def cmd_lake_maintain(args: argparse.Namespace) -> int:
+    from collector.lake_admin import maintain
+
+    summary = maintain(args.db, snapshots_older_than=timedelta(seconds=_parse_duration(args.keep_snapshots)))
+    print(f"maintained {redact(args.db)}:")
+    for line in summary.lines():
+        print(f"  {line}")
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from collector.lake_admin import migrate
+
+    copied = migrate(args.source, args.db, progress=lambda m: print(f"  {m}", flush=True))
+    print(f"migrated {args.source} into {redact(args.db)}: {sum(copied.values()):,} row(s)")
+    return 0
+
+
+def _parse_duration(text: str) -> float:
+    """'90s', '15m', '1h', '7d' or plain seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not m:
+        raise InputError(f"duration {text!r}: use seconds, or a number with s, m, h or d (e.g. 1h)")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def _maintain_periodically(db: str, every_s: float, stop: threading.Event) -> None:
+    from collector.lake_admin import maintain
+
+    while not stop.wait(every_s):
+        try:
+            summary = maintain(db)
+            print("toolmeter lake maintenance: " + "; ".join(summary.lines()[:3]), flush=True)
+        except ToolmeterError as e:
+            print(f"toolmeter lake maintenance failed (will try again): {e}", file=sys.stderr, flush=True)
 
 
 def _parse_since(text: str | None) -> datetime | None:
@@ -240,7 +289,7 @@ def cmd_alerts(args: argparse.Namespace) -> int:
         return 0
     if not rows:
         print(
-            f"no alerts in {args.db}"
+            f"no alerts in {redact(args.db)}"
             + ("" if args.evaluate else " (evaluate with --evaluate or run `toolmeter watch`)")
         )
         return 0
@@ -321,6 +370,23 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1
 
 
+def _store_arguments(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument(
+        "--db", "--store", dest="db", default=default,
+        help="the store: a DuckDB file, or a DuckLake such as 'ducklake:postgres:dbname=toolmeter host=HOST "
+        "user=toolmeter password=...' (default: %(default)s; or set TOOLMETER_DB)",
+    )  # fmt: skip
+    p.add_argument(
+        "--data-path", default=None,
+        help=f"where a new DuckLake keeps its Parquet files: a shared folder or s3://... (or set {DATA_PATH_ENV})",
+    )  # fmt: skip
+    p.add_argument(
+        "--state-dir", default=None,
+        help=f"this host's own toolmeter state: DuckDB extensions, a lake receiver's spool (or set {STATE_DIR_ENV}; "
+        "default .toolmeter)",
+    )  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toolmeter", description="Measure what each tool call puts into an agent's context window."
@@ -330,14 +396,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ingest", help="load OTLP/JSON trace files (.json, .jsonl, .gz) into the store")
     p.add_argument("files", nargs="+", help="files, globs or folders")
-    p.add_argument("--db", default=db_default, help="DuckDB store (default: %(default)s)")
+    _store_arguments(p, db_default)
     p.add_argument("--encoding", choices=ENCODINGS, default=None, help="tiktoken encoding (default o200k_base)")
     p.add_argument("--numbers-only", action="store_true", help="store figures only, no payloads")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("top", help="rank tools by the size of what they put into the window")
-    p.add_argument("--db", default=db_default)
+    _store_arguments(p, db_default)
     p.add_argument(
         "--by",
         choices=list(RANK_METRICS),
@@ -348,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_top)
 
     p = sub.add_parser("serve", help="receive OTLP traces and logs (HTTP and gRPC) from agents in any language")
-    p.add_argument("--db", default=db_default)
+    _store_arguments(p, db_default)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     p.add_argument("--port", type=int, default=4318, help="OTLP/HTTP port (default: %(default)s)")
     p.add_argument(
@@ -363,10 +429,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--webhook", default=None, help="POST new alerts here (or set TOOLMETER_WEBHOOK_URL)")
     p.add_argument("--watch-interval", type=float, default=300.0, help="seconds between alert evaluations")
     p.add_argument("--encoding", choices=ENCODINGS, default=None)
+    p.add_argument(
+        "--maintain-every", default=None, metavar="DURATION",
+        help="on a DuckLake store, run `toolmeter lake maintain` this often (e.g. 1h); one host of a fleet is enough",
+    )  # fmt: skip
     p.set_defaults(func=cmd_serve)
 
+    p = sub.add_parser("lake", help="look after a DuckLake store")
+    lake_sub = p.add_subparsers(dest="lake_command", required=True)
+    p = lake_sub.add_parser(
+        "maintain", help="flush inlined rows, merge small files, expire old snapshots, delete unused files"
+    )
+    _store_arguments(p, db_default)
+    p.add_argument(
+        "--keep-snapshots", default="1h", metavar="DURATION",
+        help="keep snapshots younger than this, and their files (default: %(default)s)",
+    )  # fmt: skip
+    p.set_defaults(func=cmd_lake_maintain)
+
+    p = sub.add_parser("migrate", help="copy a DuckDB file store into a DuckLake store")
+    p.add_argument("--from", dest="source", required=True, metavar="FILE.duckdb", help="the store to copy")
+    p.add_argument("--to", dest="db", required=True, metavar="LAKE", help="'ducklake:postgres:...' (created if new)")
+    p.add_argument("--data-path", default=None, help=f"a new lake's data folder or s3://... (or {DATA_PATH_ENV})")
+    p.add_argument("--state-dir", default=None, help=f"this host's state folder (or {STATE_DIR_ENV})")
+    p.set_defaults(func=cmd_migrate)
+
     p = sub.add_parser("alerts", help="list envelope-growth alerts")
-    p.add_argument("--db", default=db_default)
+    _store_arguments(p, db_default)
     p.add_argument("--since", default=None, help="changes since a date, time or age (7d, 24h)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--evaluate", action="store_true", help="evaluate the rules first")
@@ -376,7 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_alerts)
 
     p = sub.add_parser("watch", help="evaluate alert rules periodically (and deliver to a webhook)")
-    p.add_argument("--db", default=db_default)
+    _store_arguments(p, db_default)
     p.add_argument("--rules", default=None)
     p.add_argument("--webhook", default=None, help="POST new alerts here (or set TOOLMETER_WEBHOOK_URL)")
     p.add_argument("--interval", type=float, default=60.0, help="seconds between evaluations")
@@ -395,7 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("demo", cmd_demo, "load the sample traces and open the dashboard"),
     ):
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("--db", default=DEFAULT_DEMO_DB if name == "demo" else db_default)
+        _store_arguments(p, DEFAULT_DEMO_DB if name == "demo" else db_default)
         p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
         p.add_argument("--port", type=int, default=8501)
         if name == "demo":
@@ -408,6 +497,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # a lake's data path and state folder reach every part (and the dashboard's process) this way
+    if getattr(args, "data_path", None):
+        os.environ[DATA_PATH_ENV] = args.data_path
+    if getattr(args, "state_dir", None):
+        os.environ[STATE_DIR_ENV] = args.state_dir
     try:
         return int(args.func(args))
     except ToolmeterError as e:

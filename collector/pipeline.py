@@ -70,15 +70,18 @@ than the payload (most tool results are small); large ones go to the payload sto
 
 
 def payload_row(
-    payloads: PayloadStore, trace_id: str, span_id: str, kind: str, data: bytes, cap: int
+    payloads: PayloadStore | None, trace_id: str, span_id: str, kind: str, data: bytes, cap: int
 ) -> dict[str, Any]:
-    """Store a payload (whole up to ``cap`` bytes, else head and tail) and return its row."""
+    """Store a payload (whole up to ``cap`` bytes, else head and tail) and return its row.
+
+    With no payload store (a DuckLake store keeps no files beside it), every payload is inline.
+    """
     cut = len(data) > cap
     head = cap // 2 if cut else len(data)
     tail = cap - head if cut else 0
     stored = data[:head] + data[len(data) - tail :] if cut else data
-    inline = len(stored) <= INLINE_MAX_BYTES
-    blob_id = None if inline else payloads.put(stored)
+    inline = payloads is None or len(stored) <= INLINE_MAX_BYTES
+    blob_id = None if inline or payloads is None else payloads.put(stored)
     return {
         "trace_id": trace_id,
         "span_id": span_id,
@@ -99,7 +102,8 @@ class Pipeline:
     def __init__(self, config: CollectorConfig, collector_id: str | None = None, meter_provider: Any = None) -> None:
         self.config = config
         self.store = Store(config.db)
-        self.payloads = PayloadStore(payload_dir(config.db))
+        # a lake keeps payloads inline (Parquet is written once, so large values cost no rewrite)
+        self.payloads = None if self.store.lake is not None else PayloadStore(payload_dir(config.db))
         # per-tool histograms and counters through the OpenTelemetry metrics API: a no-op
         # unless the process (or meter_provider) has a metrics SDK configured
         self.metrics = ToolMetrics(meter_provider)
@@ -204,9 +208,12 @@ class Pipeline:
                 data, _ = self.redactor.redact_bytes_same_length(text.encode("utf-8", errors="surrogatepass"))
                 row: dict[str, Any] = {"trace_id": span.trace_id, "tool_call_id": call_id,
                                        "llm_span_id": span.span_id, "bytes": len(data), "tokens": None,
-                                       "blob_id": None}  # fmt: skip
+                                       "blob_id": None, "inline": None}  # fmt: skip
                 if self.config.store_payloads:
-                    row["blob_id"] = self.payloads.put(data)
+                    if self.payloads is None:
+                        row["inline"] = data
+                    else:
+                        row["blob_id"] = self.payloads.put(data)
                 else:
                     row["tokens"] = self.counter.count(text).tokens
                 batch.message_rows.append(row)
@@ -223,10 +230,11 @@ class Pipeline:
         late = Batch()
         for old in pending:
             raw = self._stored_raw(old)
-            if old["message_blob_id"] is not None:
-                view: str | None = self.payloads.get(old["message_blob_id"]).decode("utf-8", errors="replace")
-            else:
-                view = None
+            view: str | None = None
+            if old.get("message_inline") is not None:
+                view = bytes(old["message_inline"]).decode("utf-8", errors="replace")
+            elif old["message_blob_id"] is not None and self.payloads is not None:
+                view = self.payloads.get(old["message_blob_id"]).decode("utf-8", errors="replace")
             call = ToolCall(
                 trace_id=old["trace_id"], span_id=old["span_id"], parent_span_id=old["parent_span_id"],
                 tool_name=old["tool_name"], dialect=old["dialect"], start_ns=old["start_ns"], end_ns=old["end_ns"],
@@ -261,6 +269,8 @@ class Pipeline:
             return None
         if row["raw_inline"] is not None:
             return bytes(row["raw_inline"])
+        if self.payloads is None:
+            return None
         return self.payloads.get(row["raw_blob_id"])
 
     def _log_item(self, item: Item, batch: Batch, issues: list[Issue]) -> None:

@@ -115,10 +115,13 @@ def ranking(con: duckdb.DuckDBPyConnection, filters: Filters | None = None, by: 
 
 def collector_totals(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     """Sums of every collector's counters (dropped, failed, written...)."""
+    # a lake appends a row per flush: each collector's latest row holds its running totals
     row = con.execute(
         """SELECT coalesce(sum(spans_seen), 0), coalesce(sum(dropped), 0), coalesce(sum(failed), 0),
                   coalesce(sum(tool_calls_written), 0), coalesce(sum(duplicates), 0), coalesce(sum(refused), 0)
-           FROM collector_stats"""
+           FROM (SELECT * FROM collector_stats
+                 QUALIFY row_number() OVER (PARTITION BY collector_id ORDER BY updated_at DESC,
+                                                         tool_calls_written + llm_calls_written DESC) = 1)"""
     ).fetchone()
     assert row is not None
     keys = ("spans_seen", "dropped", "failed", "tool_calls_written", "duplicates", "refused")

@@ -132,7 +132,20 @@ CREATE TABLE IF NOT EXISTS message_views (
     bytes         BIGINT,
     tokens        BIGINT,             -- counted here only in numbers-only stores (no blob)
     blob_id       VARCHAR,            -- the text, in the payload store
+    inline        BLOB,               -- the text itself (DuckLake stores keep no payload files)
     PRIMARY KEY (trace_id, tool_call_id)
+);
+ALTER TABLE message_views ADD COLUMN IF NOT EXISTS inline BLOB;
+
+-- Batches committed to a DuckLake store, one row each, written in the batch's own
+-- transaction: a writer that retries a commit whose outcome it could not see (the catalog
+-- went away mid-commit) finds the id here and writes nothing twice. Unused by DuckDB files.
+CREATE TABLE IF NOT EXISTS committed_batches (
+    batch_id      VARCHAR,
+    collector_id  VARCHAR,
+    committed_at  TIMESTAMP,
+    tool_calls    BIGINT,
+    llm_calls     BIGINT
 );
 
 -- Envelope-growth alerts (collector/alerts.py) with their evidence, and their delivery.

@@ -15,14 +15,26 @@ share one file the same way, taking turns.
 
 Rows are inserted in bulk from Arrow tables; a span already stored (same trace and span
 id) is skipped and counted as a duplicate, so ingesting a file twice is harmless.
+
+The same functions serve a DuckLake store (``ducklake:...``, see :mod:`collector.lake`):
+there is no file lock to wait for, so a process keeps the lake attached; tables carry no
+keys, so "skip what is stored" is an anti-join instead of ``INSERT OR IGNORE``, and
+counters and progress are appended rather than replaced (readers take the latest row).
+Each lake commit records its batch id in ``committed_batches`` in the same transaction,
+and a commit that fails (a race with another writer, the catalog restarting) is retried
+with the same id: whatever the first try did, the batch ends up stored once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.resources
+import logging
 import os
+import random
+import re
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +42,10 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from collector import lake as L
 from collector.errors import StoreError
+
+logger = logging.getLogger("toolmeter")
 
 LOCK_RETRY_SECONDS = 30.0
 """How long a writer or reader waits for another process to release the file."""
@@ -115,6 +130,7 @@ _MESSAGE_SCHEMA = pa.schema(
         ("bytes", pa.int64()),
         ("tokens", pa.int64()),
         ("blob_id", pa.string()),
+        ("inline", pa.binary()),
     ]
 )
 _ISSUE_SCHEMA = pa.schema(
@@ -144,6 +160,15 @@ class Batch:
     """Traces whose tool calls may now be joined to a message view (see WriteResult)."""
     progress: tuple[str, int, int] | None = None
     """(receiver id, spool segment, offset) reached by this batch, committed with it."""
+    batch_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    """Identifies the batch across retries of its commit (lake stores; see committed_batches)."""
+
+    @property
+    def commit_id(self) -> str:
+        """The batch id, derived from the spool position when there is one (stable across restarts)."""
+        if self.progress is not None:
+            return f"{self.progress[0]}@{self.progress[1]}:{self.progress[2]}"
+        return self.batch_id
 
     def extend(self, other: Batch) -> None:
         """Add another batch's rows to this one (to write them in one transaction)."""
@@ -179,12 +204,93 @@ def schema_sql() -> str:
     return importlib.resources.files("collector").joinpath("schema.sql").read_text(encoding="utf-8")
 
 
+_LAKE_ONLY_DROPS = (
+    re.compile(r"^\s*PRIMARY KEY \([^)]*\)\s*\n", re.MULTILINE),  # table-level keys
+    re.compile(r" PRIMARY KEY"),
+    re.compile(r" NOT NULL"),
+    re.compile(r" DEFAULT \S+?(?=[,\s])"),
+    re.compile(r"^ALTER TABLE .*\n", re.MULTILINE),  # a new lake has every column already
+)
+
+
+def lake_schema_sql() -> str:
+    """The DDL for a DuckLake store: the same tables without keys, NOT NULL or defaults.
+
+    DuckLake enforces no primary keys; the writers skip stored rows themselves.
+    """
+    sql = schema_sql()
+    for pattern in _LAKE_ONLY_DROPS:
+        sql = pattern.sub("", sql)
+    lines = sql.replace(" JSON,", " VARCHAR,").split("\n")
+    # a column list whose key clause went away now ends in a comma (before any comment)
+    for i, line in enumerate(lines):
+        if line.strip() != ");":
+            continue
+        j = i - 1
+        while j >= 0 and lines[j].strip().startswith("--"):
+            j -= 1
+        code, sep, comment = lines[j].partition("--")
+        if code.rstrip().endswith(","):
+            lines[j] = code.rstrip()[:-1] + (" " + sep + comment if sep else "")
+    return "\n".join(lines)
+
+
 def _is_lock_error(e: Exception) -> bool:
     text = str(e)
     return "Could not set lock" in text or "Conflicting lock" in text
 
 
+_lake_schema_ready: set[str] = set()
+
+
+def _lake_connect(path: str, create: bool) -> duckdb.DuckDBPyConnection:
+    """A cursor on the attached lake; its tables created first when ``create``."""
+    spec = L.LakeSpec.parse(path)
+    con = L.lake_cursor(spec)
+    if path in _lake_schema_ready:
+        return con
+    try:
+        if create:
+            _create_lake_tables(con)
+        else:
+            row = con.execute(
+                "SELECT count(*) FROM information_schema.tables WHERE table_catalog = ? AND table_name = 'tool_calls'",
+                [L.ALIAS],
+            ).fetchone()
+            if not row or not row[0]:
+                con.close()
+                raise StoreError(
+                    f"the lake {L.redact(path)} has no toolmeter tables yet. Start `toolmeter serve --db '<lake>'` "
+                    "(or any collector) on it, or move a file into it with `toolmeter migrate`."
+                )
+    except duckdb.Error as e:
+        con.close()
+        L.forget(spec)
+        raise StoreError(f"cannot use the lake {L.redact(path)}: {L.redact(str(e))}") from e
+    _lake_schema_ready.add(path)
+    return con
+
+
+def _create_lake_tables(con: duckdb.DuckDBPyConnection) -> None:
+    # several writers may start at once: CREATE ... IF NOT EXISTS races in the catalog, and
+    # the loser's commit fails; a retry then finds the tables there
+    for attempt in range(10):
+        try:
+            con.execute("BEGIN TRANSACTION")
+            con.execute(lake_schema_sql())
+            con.execute("COMMIT")
+            return
+        except duckdb.Error:
+            with contextlib.suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+            if attempt == 9:
+                raise
+            time.sleep(0.05 * (attempt + 1) + random.random() * 0.1)
+
+
 def _connect(path: str, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
+    if L.is_lake(path):
+        return _lake_connect(path, create=not read_only)
     deadline = time.monotonic() + wait_s
     delay = 0.01
     while True:
@@ -213,7 +319,7 @@ def read_connection(
         StoreError: the file does not exist, or stayed locked for ``wait_s`` seconds.
     """
     path = os.fspath(path)
-    if not os.path.exists(path):
+    if not L.is_lake(path) and not os.path.exists(path):
         raise StoreError(
             f"no toolmeter store at {path}. Record some tool calls first: `toolmeter demo` loads the sample "
             "traces, `toolmeter ingest FILE --db PATH` loads yours, or add ToolResultProcessor to your agent."
@@ -278,36 +384,96 @@ def recount_all_later_llm_calls(con: duckdb.DuckDBPyConnection) -> None:
 
 def read_progress(path: str, receiver_id: str) -> tuple[int, int]:
     """The spool position a receiver has written up to (0, 0 when none)."""
-    if not os.path.exists(path):
+    if not L.is_lake(path) and not os.path.exists(path):
         return 0, 0
-    con = _connect(path, read_only=True, wait_s=LOCK_RETRY_SECONDS)
+    con = _connect(path, read_only=not L.is_lake(path), wait_s=LOCK_RETRY_SECONDS)
     try:
         exists = con.execute(
             "SELECT count(*) FROM information_schema.tables WHERE table_name = 'receiver_progress'"
         ).fetchone()
         if not exists or not exists[0]:
             return 0, 0
+        # a lake appends one row per batch; a file keeps one per receiver
         row = con.execute(
-            'SELECT segment, "offset" FROM receiver_progress WHERE receiver_id = ?', [receiver_id]
+            'SELECT segment, "offset" FROM receiver_progress WHERE receiver_id = ? '
+            'ORDER BY segment DESC, "offset" DESC LIMIT 1',
+            [receiver_id],
         ).fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)
     finally:
         con.close()
 
 
+LAKE_COMMIT_ATTEMPTS = 8
+"""Tries of one lake commit before :meth:`Store.write` gives the batch back to its caller."""
+
+_TRANSIENT = re.compile(
+    r"conflict|connection|server closed|terminat|could not connect|timeout|broken pipe|reset by peer|"
+    r"no connection|ssl|shutting down|not accepting|retry",
+    re.IGNORECASE,
+)
+
+
+def _transient(e: duckdb.Error) -> bool:
+    """A failed lake commit worth retrying: lost a race, or the catalog was briefly away."""
+    if isinstance(e, (duckdb.TransactionException, duckdb.IOException, duckdb.ConnectionException)):
+        return True
+    return bool(_TRANSIENT.search(str(e)))
+
+
+def _insert_new(
+    con: duckdb.DuckDBPyConnection, table: str, source: str, keys: tuple[str, ...], lake: bool,
+    select: str = "*", by_start: bool = False,
+) -> int:  # fmt: skip
+    """Insert the rows of ``source`` whose ``keys`` are not stored yet; returns how many.
+
+    A file has primary keys (``INSERT OR IGNORE``); a lake has none, so it anti-joins,
+    narrowed to the batch's time span when ``by_start`` (DuckLake skips other files by
+    their min/max), and drops repeats inside the batch.
+    """
+    if not lake:
+        row = con.execute(f"INSERT OR IGNORE INTO {table} BY NAME SELECT {select} FROM {source}").fetchone()
+        return int(row[0]) if row else 0
+    match = " AND ".join(f"t.{k} = s.{k}" for k in keys)
+    if by_start:
+        match += (
+            f" AND t.start_ns BETWEEN (SELECT min(start_ns) FROM {source}) AND (SELECT max(start_ns) FROM {source})"
+        )
+    row = con.execute(
+        f"""INSERT INTO {table} BY NAME SELECT {select}
+            FROM (SELECT DISTINCT ON ({", ".join(keys)}) * FROM {source}) AS s
+            WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE {match})"""
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
 class Store:
-    """Writes batches into one DuckDB file, opening it only for the length of a batch."""
+    """Writes batches into one DuckDB file (opened only for the length of a batch) or a DuckLake."""
 
     def __init__(self, path: str | os.PathLike[str], lock_wait_s: float = LOCK_RETRY_SECONDS) -> None:
         self.path = os.fspath(path)
         self.lock_wait_s = lock_wait_s
         self._schema_ready = False
+        self.lake: L.LakeSpec | None = L.LakeSpec.parse(self.path) if L.is_lake(self.path) else None
+        self.commit_retries = 0
+        """Lake commits that failed and were tried again (shown in the collector's counters)."""
+        if self.lake is not None:
+            return
         parent = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(parent):
             raise StoreError(f"cannot create the store {self.path}: folder {parent} does not exist")
 
+    @property
+    def display(self) -> str:
+        """The store's name for messages (a lake's password masked)."""
+        return L.redact(self.path)
+
     def ensure_schema(self) -> None:
         """Create the tables if they are missing."""
+        if self.lake is not None:
+            _lake_connect(self.path, create=True).close()
+            self._schema_ready = True
+            return
         con = _connect(self.path, read_only=False, wait_s=self.lock_wait_s)
         try:
             con.execute(schema_sql())
@@ -315,13 +481,77 @@ class Store:
             con.close()
         self._schema_ready = True
 
+    def _transaction(self, work: Any) -> Any:
+        """Run ``work(con)`` in one transaction: once on a file, retried on a lake."""
+        if self.lake is None:
+            con = _connect(self.path, read_only=False, wait_s=self.lock_wait_s)
+            try:
+                if not self._schema_ready:
+                    con.execute(schema_sql())
+                    self._schema_ready = True
+                con.execute("BEGIN TRANSACTION")
+                try:
+                    result = work(con)
+                    con.execute("COMMIT")
+                except BaseException:
+                    con.execute("ROLLBACK")
+                    raise
+                return result
+            except duckdb.Error as e:
+                raise StoreError(f"cannot write to the toolmeter store {self.path}: {e}") from e
+            finally:
+                con.close()
+        return self._lake_transaction(work)
+
+    def _lake_transaction(self, work: Any) -> Any:
+        assert self.lake is not None
+        delay = 0.05
+        for attempt in range(1, LAKE_COMMIT_ATTEMPTS + 1):
+            con: duckdb.DuckDBPyConnection | None = None
+            try:
+                con = _lake_connect(self.path, create=True)
+                con.execute("BEGIN TRANSACTION")
+                try:
+                    result = work(con)
+                    con.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(duckdb.Error):
+                        con.execute("ROLLBACK")
+                    raise
+                return result
+            except (duckdb.Error, StoreError) as e:
+                message = L.redact(str(e))
+                cause = e if isinstance(e, duckdb.Error) else e.__cause__
+                transient = isinstance(cause, duckdb.Error) and _transient(cause)
+                if transient:
+                    # the catalog may have gone away: attach afresh next time
+                    L.forget(self.lake)
+                    _lake_schema_ready.discard(self.path)
+                if not transient or attempt == LAKE_COMMIT_ATTEMPTS:
+                    raise StoreError(
+                        f"cannot commit to the lake {self.display} (attempt {attempt} of {LAKE_COMMIT_ATTEMPTS}): "
+                        f"{message}"
+                    ) from e
+                self.commit_retries += 1
+                logger.warning(
+                    "toolmeter: lake commit failed (attempt %d of %d), retrying: %s",
+                    attempt, LAKE_COMMIT_ATTEMPTS, message,
+                )  # fmt: skip
+                time.sleep(delay + random.random() * delay)
+                delay = min(delay * 2, 2.0)
+            finally:
+                if con is not None:
+                    with contextlib.suppress(duckdb.Error):
+                        con.close()
+        raise AssertionError("unreachable")
+
     def replace_tool_rows(self, rows: list[dict[str, Any]], payload_rows: list[dict[str, Any]]) -> None:
         """Rewrite tool-call rows (after a late join) in one transaction."""
         if not rows:
             return
-        con = _connect(self.path, read_only=False, wait_s=self.lock_wait_s)
-        try:
-            con.execute("BEGIN TRANSACTION")
+        lake = self.lake is not None
+
+        def work(con: duckdb.DuckDBPyConnection) -> None:
             con.register("tool_batch", pa.Table.from_pylist(rows, schema=_TOOL_SCHEMA))
             columns = [f.name for f in _TOOL_SCHEMA if f.name not in ("trace_id", "span_id")]
             assignments = ", ".join(f'"{c}" = b."{c}"' for c in columns)
@@ -332,77 +562,71 @@ class Store:
             con.unregister("tool_batch")
             if payload_rows:
                 con.register("payload_batch", pa.Table.from_pylist(payload_rows, schema=_PAYLOAD_SCHEMA))
-                con.execute("INSERT OR IGNORE INTO payloads BY NAME SELECT * FROM payload_batch")
+                _insert_new(con, "payloads", "payload_batch", ("trace_id", "span_id", "kind"), lake)
                 con.unregister("payload_batch")
-            con.execute("COMMIT")
-        except duckdb.Error as e:
-            con.execute("ROLLBACK")
-            raise StoreError(f"cannot write to the toolmeter store {self.path}: {e}") from e
-        finally:
-            con.close()
+
+        self._transaction(work)
 
     def write(self, batch: Batch) -> WriteResult:
         """Insert ``batch`` in one transaction.
 
         Raises:
-            StoreError: the file could not be opened or written; nothing of the batch is stored.
+            StoreError: the store could not be opened or written; nothing of the batch is stored.
         """
-        con = _connect(self.path, read_only=False, wait_s=self.lock_wait_s)
-        try:
-            if not self._schema_ready:
-                con.execute(schema_sql())
-                self._schema_ready = True
-            con.execute("BEGIN TRANSACTION")
-            try:
-                result = self._insert(con, batch)
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            return result
-        except duckdb.Error as e:
-            raise StoreError(f"cannot write to the toolmeter store {self.path}: {e}") from e
-        finally:
-            con.close()
+        if self.lake is None:
+            return self._transaction(lambda con: self._insert(con, batch, lake=False))  # type: ignore[no-any-return]
 
-    def _insert(self, con: duckdb.DuckDBPyConnection, batch: Batch) -> WriteResult:
+        def work(con: duckdb.DuckDBPyConnection) -> WriteResult:
+            done = con.execute(
+                "SELECT tool_calls, llm_calls FROM committed_batches WHERE batch_id = ? LIMIT 1", [batch.commit_id]
+            ).fetchone()
+            if done is not None:
+                # an earlier try committed before its answer was lost: count it, write nothing
+                return WriteResult(int(done[0] or 0), int(done[1] or 0), 0)
+            result = self._insert(con, batch, lake=True)
+            con.execute(
+                "INSERT INTO committed_batches VALUES (?, ?, now()::TIMESTAMP, ?, ?)",
+                [batch.commit_id, (batch.stats or {}).get("collector_id"), result.tool_calls, result.llm_calls],
+            )
+            return result
+
+        return self._lake_transaction(work)  # type: ignore[no-any-return]
+
+    def _insert(self, con: duckdb.DuckDBPyConnection, batch: Batch, lake: bool) -> WriteResult:
         tools = llms = 0
         registered: list[str] = []
         if batch.tool_rows:
             con.register("tool_batch", pa.Table.from_pylist(batch.tool_rows, schema=_TOOL_SCHEMA))
             registered.append("tool_batch")
-            row = con.execute(
-                "INSERT OR IGNORE INTO tool_calls BY NAME "
-                "SELECT *, make_timestamp(start_ns // 1000) AS start_time FROM tool_batch"
-            ).fetchone()
-            tools = int(row[0]) if row else 0
+            tools = _insert_new(con, "tool_calls", "tool_batch", ("trace_id", "span_id"), lake,
+                                "*, make_timestamp(start_ns // 1000) AS start_time", by_start=True)  # fmt: skip
         if batch.llm_rows:
             con.register("llm_batch", pa.Table.from_pylist(batch.llm_rows, schema=_LLM_SCHEMA))
             registered.append("llm_batch")
-            row = con.execute(
-                "INSERT OR IGNORE INTO llm_calls BY NAME "
-                "SELECT *, make_timestamp(start_ns // 1000) AS start_time FROM llm_batch"
-            ).fetchone()
-            llms = int(row[0]) if row else 0
+            llms = _insert_new(con, "llm_calls", "llm_batch", ("trace_id", "span_id"), lake,
+                               "*, make_timestamp(start_ns // 1000) AS start_time", by_start=True)  # fmt: skip
         if registered:
             _update_later_llm_calls(con, registered)
         for name in registered:
             con.unregister(name)
         if batch.payload_rows:
             con.register("payload_batch", pa.Table.from_pylist(batch.payload_rows, schema=_PAYLOAD_SCHEMA))
-            con.execute("INSERT OR IGNORE INTO payloads BY NAME SELECT * FROM payload_batch")
+            _insert_new(con, "payloads", "payload_batch", ("trace_id", "span_id", "kind"), lake)
             con.unregister("payload_batch")
         if batch.message_rows:
             con.register("message_batch", pa.Table.from_pylist(batch.message_rows, schema=_MESSAGE_SCHEMA))
-            con.execute("INSERT OR IGNORE INTO message_views BY NAME SELECT * FROM message_batch")
+            _insert_new(con, "message_views", "message_batch", ("trace_id", "tool_call_id"), lake)
             con.unregister("message_batch")
         if batch.issue_rows:
             con.register("issue_batch", pa.Table.from_pylist(batch.issue_rows, schema=_ISSUE_SCHEMA))
             con.execute("INSERT INTO ingest_issues BY NAME SELECT now()::TIMESTAMP AS logged_at, * FROM issue_batch")
             con.unregister("issue_batch")
+        # counters and progress: one row per collector (file), or appended per batch (lake:
+        # replacing a row would make every writer's commit touch the same rows)
+        replace = "" if lake else "OR REPLACE "
         if batch.progress is not None:
             con.execute(
-                'INSERT OR REPLACE INTO receiver_progress (receiver_id, segment, "offset", updated_at) '
+                f'INSERT {replace}INTO receiver_progress (receiver_id, segment, "offset", updated_at) '
                 "VALUES (?, ?, ?, now()::TIMESTAMP)",
                 list(batch.progress),
             )
@@ -416,7 +640,7 @@ class Store:
             cols = ", ".join(stats)
             marks = ", ".join("?" for _ in stats)
             con.execute(
-                f"INSERT OR REPLACE INTO collector_stats ({cols}, updated_at) VALUES ({marks}, now()::TIMESTAMP)",
+                f"INSERT {replace}INTO collector_stats ({cols}, updated_at) VALUES ({marks}, now()::TIMESTAMP)",
                 list(stats.values()),
             )
         pending: list[dict[str, Any]] = []
@@ -424,6 +648,7 @@ class Store:
             pending = rows_as_dicts(
                 con.execute(
                     """SELECT t.*, m.bytes AS message_bytes, m.tokens AS message_tokens, m.blob_id AS message_blob_id,
+                              m.inline AS message_inline,
                               p.inline AS raw_inline, p.blob_id AS raw_blob_id, p.cut AS raw_cut
                        FROM tool_calls t JOIN message_views m USING (trace_id, tool_call_id)
                        LEFT JOIN payloads p ON p.trace_id = t.trace_id AND p.span_id = t.span_id AND p.kind = 'raw'

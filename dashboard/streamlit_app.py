@@ -12,6 +12,7 @@ from datetime import datetime, time, timedelta
 import streamlit as st
 
 from collector.errors import StoreError
+from collector.lake import redact
 from collector.report import Filters
 from dashboard import queries
 from dashboard.connection import db_path, run_query
@@ -29,7 +30,7 @@ def _options(path: str) -> tuple[dict[str, list[str]], tuple[object, object]]:
 
 
 def _sidebar() -> Filters | None:
-    st.sidebar.caption(f"store: `{DB}`")
+    st.sidebar.caption(f"store: `{redact(DB)}`")
     try:
         options, (first, last) = _options(DB)
     except StoreError as e:
@@ -39,7 +40,7 @@ def _sidebar() -> Filters | None:
     if first is None:
         st.info(
             "No tool calls recorded yet. Add `ToolResultProcessor(db=...)` to your agent's TracerProvider, "
-            "or load trace files with `toolmeter ingest FILE --db " + DB + "`."
+            "or load trace files with `toolmeter ingest FILE --db " + redact(DB) + "`."
         )
         return None
     d0, d1 = first.date(), last.date()  # type: ignore[attr-defined]

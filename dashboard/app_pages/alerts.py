@@ -7,6 +7,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from collector.lake import redact
 from dashboard import charts, queries
 from dashboard.connection import run_query
 from dashboard.format import human_tokens, percent
@@ -40,7 +41,7 @@ show = st.multiselect(
 rows = _alerts(DB, tuple(show))
 if rows is None:
     st.info(
-        "This store has no alerts table yet: run `toolmeter alerts --evaluate --db " + DB + "` or "
+        "This store has no alerts table yet: run `toolmeter alerts --evaluate --db " + redact(DB) + "` or "
         "`toolmeter watch` to evaluate the rules."
     )
     st.stop()

@@ -1,0 +1,106 @@
+"""The DuckLake store: the same rows, rankings and payloads as a DuckDB file for the same spans."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from collector import lake as L
+from collector.cli import main
+from collector.config import CollectorConfig
+from collector.ingest import ingest_files
+from collector.lake_admin import maintain, migrate
+from collector.payload_store import load_payload
+from collector.report import collector_totals, ranking
+from collector.store import read_connection
+
+from .conftest import Lake
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
+
+
+@pytest.fixture
+def lake_store(lake: Lake, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    monkeypatch.setenv(L.STATE_DIR_ENV, str(lake.state_dir))
+    monkeypatch.setenv(L.DATA_PATH_ENV, str(lake.data_path))
+    yield lake.uri
+    L.close_all()
+
+
+@pytest.fixture(scope="module")
+def file_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[str]]:
+    files = sorted(str(p) for p in SAMPLES.glob("traces-*.json.gz"))[:2]
+    db = str(tmp_path_factory.mktemp("file") / "file.duckdb")
+    ingest_files(files, CollectorConfig(db=db))
+    return db, files
+
+
+def _largest_payload(db: str) -> tuple[str, str, bytes]:
+    with read_connection(db) as con:
+        row = con.execute(
+            "SELECT trace_id, span_id FROM payloads WHERE kind = 'raw' ORDER BY total_bytes DESC LIMIT 1"
+        ).fetchone()
+        assert row is not None
+        payload = load_payload(con, db, row[0], row[1], "raw")
+    assert payload is not None
+    return row[0], row[1], payload.head + payload.tail
+
+
+def test_ingest_into_a_lake_gives_what_a_file_gives(lake_store: str, file_store: tuple[str, list[str]]) -> None:
+    file_db, files = file_store
+    b = ingest_files(files, CollectorConfig(db=lake_store))
+    with read_connection(file_db) as con:
+        expected = ranking(con)
+        calls = con.execute("SELECT count(*) FROM tool_calls").fetchone()
+    assert b.tool_calls == calls[0] if calls else 0
+    with read_connection(lake_store) as con:
+        assert ranking(con) == expected
+    trace, span, data = _largest_payload(file_db)
+    assert len(data) > 16 * 1024, "the samples hold payloads stored as files beside a DuckDB store"
+    with read_connection(lake_store) as con:
+        payload = load_payload(con, lake_store, trace, span, "raw")
+    assert payload is not None and payload.head + payload.tail == data
+    # loading the same files again stores nothing twice
+    again = ingest_files(files, CollectorConfig(db=lake_store))
+    assert again.tool_calls == 0 and again.duplicates == b.tool_calls + b.llm_calls
+    with read_connection(lake_store) as con:
+        assert ranking(con) == expected
+        # counters are appended per flush in a lake; the latest row of each collector counts
+        assert collector_totals(con)["duplicates"] == b.tool_calls + b.llm_calls
+
+
+def test_migrate_then_maintain_keeps_every_result(
+    lake_store: str, file_store: tuple[str, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    file_db, _ = file_store
+    assert main(["migrate", "--from", file_db, "--to", lake_store]) == 0
+    out = capsys.readouterr().out
+    assert "tool_calls:" in out and "password=***" in out and "password=toolmeter" not in out
+    with read_connection(file_db) as con:
+        expected = ranking(con)
+    with read_connection(lake_store) as con:
+        assert ranking(con) == expected
+    trace, span, data = _largest_payload(file_db)
+    with read_connection(lake_store) as con:
+        payload = load_payload(con, lake_store, trace, span, "raw")
+    assert payload is not None and payload.head + payload.tail == data
+    # running it again copies nothing
+    assert sum(migrate(file_db, lake_store).values()) == 0
+
+    summary = maintain(lake_store, snapshots_older_than=timedelta(0))
+    assert summary.files_after <= summary.files_before
+    assert summary.snapshots_after < summary.snapshots_before
+    with read_connection(lake_store) as con:
+        assert ranking(con) == expected
+    assert main(["lake", "maintain", "--db", lake_store]) == 0
+    assert "data files:" in capsys.readouterr().out
+
+
+def test_a_file_store_refuses_lake_maintenance(tmp_path: Path) -> None:
+    from collector.errors import InputError
+
+    with pytest.raises(InputError, match="DuckLake"):
+        maintain(str(tmp_path / "x.duckdb"))
