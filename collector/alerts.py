@@ -404,7 +404,9 @@ def check(baseline_db: str, candidate_db: str, rules: Rules) -> tuple[list[Check
 
 
 def store_for(path: str, workdir: str) -> str:
-    """``path`` itself when it is a DuckDB store, else a store ingested from trace file(s)."""
+    """``path`` itself when it is a DuckDB or DuckLake store, else a store ingested from trace file(s)."""
+    if is_lake(path):
+        return path
     if os.path.isfile(path):
         with open(path, "rb") as f:
             head = f.read(16)

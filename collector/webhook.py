@@ -74,6 +74,7 @@ from typing import Any
 import duckdb
 
 from collector.errors import ConfigError, StoreError
+from collector.lake import LakeSpec, is_lake
 from collector.store import LOCK_RETRY_SECONDS, _connect, rows_as_dicts
 
 logger = logging.getLogger("toolmeter")
@@ -320,6 +321,15 @@ def _record_failure(db_path: str, alert_id: str, error: str) -> tuple[int, bool]
     return int(row[0]), row[1] == "open" and row[2] is None
 
 
+def _lock_path(db_path: str) -> str:
+    if is_lake(db_path):
+        # a lake is shared by hosts: the lock is this host's (run alert delivery on one host)
+        state = LakeSpec.parse(db_path).state_dir
+        state.mkdir(parents=True, exist_ok=True)
+        return str(state / "webhook.lock")
+    return db_path + ".webhook.lock"
+
+
 @contextlib.contextmanager
 def _delivery_lock(db_path: str) -> Iterator[bool]:
     """Hold ``<store>.webhook.lock`` for the run; False when another run holds it."""
@@ -328,7 +338,7 @@ def _delivery_lock(db_path: str) -> Iterator[bool]:
         return
     import fcntl
 
-    with open(db_path + ".webhook.lock", "a+b") as f:
+    with open(_lock_path(db_path), "a+b") as f:
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -377,12 +387,12 @@ def deliver_pending(
     """
     host = _validate(url, max_attempts, backoff_s, timeout_s)
     db_path = os.fspath(db_path)
-    if not os.path.exists(db_path):
+    if not is_lake(db_path) and not os.path.exists(db_path):
         raise StoreError(f"no toolmeter store at {db_path}: there are no alerts to deliver")
     with _delivery_lock(db_path) as mine:
         if not mine:
             message = (
-                f"another alert delivery run holds {db_path}.webhook.lock; nothing sent by this one "
+                f"another alert delivery run holds {_lock_path(db_path)}; nothing sent by this one "
                 "(two runs at once could send an alert twice)"
             )
             logger.warning("toolmeter webhook: %s", message)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -104,3 +105,39 @@ def test_a_file_store_refuses_lake_maintenance(tmp_path: Path) -> None:
 
     with pytest.raises(InputError, match="DuckLake"):
         maintain(str(tmp_path / "x.duckdb"))
+
+
+@pytest.fixture(scope="module")
+def samples_file(tmp_path_factory: pytest.TempPathFactory) -> str:
+    db = str(tmp_path_factory.mktemp("samples") / "samples.duckdb")
+    ingest_files(sorted(str(p) for p in SAMPLES.glob("traces-*.json.gz")), CollectorConfig(db=db))
+    return db
+
+
+def test_cli_and_dashboard_work_on_a_lake(
+    lake_store: str, samples_file: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    migrate(samples_file, lake_store)
+    assert main(["alerts", "--db", lake_store, "--evaluate", "--json"]) == 0
+    (alert,) = json.loads(capsys.readouterr().out)
+    assert alert["tool_name"] == "search_orders" and alert["kind"] == "schema_change"
+    assert main(["alerts", "--db", lake_store, "--evaluate", "--json"]) == 0  # re-evaluating adds nothing
+    assert len(json.loads(capsys.readouterr().out)) == 1
+    assert main(["top", "--db", lake_store, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["tool"] == "search_orders"
+    # the CI gate compares a lake with a file: the same spans pass
+    assert main(["check", "--baseline", samples_file, "--candidate", lake_store]) == 0
+
+    app = str(Path(__file__).resolve().parents[2] / "dashboard" / "streamlit_app.py")
+    monkeypatch.setenv("TOOLMETER_DB", lake_store)
+    at = AppTest.from_file(app, default_timeout=120)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.dataframe[0].value["tool"].iloc[0] == "search_orders"
+    assert "password=***" in " ".join(c.value for c in at.sidebar.caption)
+    at.switch_page("app_pages/alerts.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "search_orders · schema change · 2026-11-16" in " ".join(m.value for m in at.markdown)
