@@ -95,14 +95,19 @@ class Host:
         os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
 
-    def send(self, body: bytes) -> bool:
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/traces", data=body,
-                                     headers={"Content-Type": "application/json"}, method="POST")  # fmt: skip
-        try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                return resp.status == 200
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            return False
+    def send(self, body: bytes, attempts: int = 5) -> bool:
+        """POST like an OTLP exporter: retry a refused or timed-out request with backoff."""
+        for attempt in range(attempts):
+            req = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/traces", data=body,
+                                         headers={"Content-Type": "application/json"}, method="POST")  # fmt: skip
+            try:
+                with urllib.request.urlopen(req, timeout=60) as resp:
+                    if resp.status == 200:
+                        return True
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.5 * 2**attempt)
+        return False
 
 
 def _trace(host: int, n: int, words: int = 40) -> list[dict]:  # type: ignore[type-arg]
