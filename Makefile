@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup demo test lint format typecheck bench browser-deps clean
+.PHONY: setup demo test lint format typecheck bench soak browser-deps clean
 
 setup: $(VENV)/.installed
 
@@ -32,10 +32,19 @@ format: setup
 typecheck: setup
 	$(BIN)/mypy
 
+## Every benchmark, each printing its table beside a baseline measured in the same run (BENCHMARKS.md).
 bench: setup
 	$(BIN)/python benchmarks/bench_collector.py
-	$(BIN)/python benchmarks/bench_dashboard.py
 	$(BIN)/python benchmarks/bench_receiver.py
+	$(BIN)/python benchmarks/bench_memory.py
+	$(BIN)/python benchmarks/bench_peers.py
+	$(BIN)/python benchmarks/bench_dashboard.py --calls 1000000
+	$(BIN)/python benchmarks/bench_dashboard.py --calls 10000000
+	$(BIN)/python benchmarks/bench_lake.py
+
+## The long run: 100,000 hostile-input cases, then a stream into a receiver killed and restarted.
+soak: setup
+	$(BIN)/python benchmarks/soak.py
 
 clean:
 	rm -rf $(VENV) toolmeter-demo.duckdb .pytest_cache .mypy_cache .ruff_cache

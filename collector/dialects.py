@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collector import attributes as A
-from collector.measure import parse_ranges
+from collector.measure import MAX_INT64, parse_ranges, without_surrogates
 from collector.model import Issue, LlmCall, ToolCall
 
 TOOL = "tool"
@@ -144,7 +144,7 @@ def classify(name: str, attrs: Mapping[str, Any] | None) -> str | None:
     if op is not None:
         if op == A.EXECUTE_TOOL or A.TOOL_NAME in attrs:
             return TOOL
-        return LLM if op in A.LLM_OPERATIONS else None
+        return LLM if isinstance(op, str) and op in A.LLM_OPERATIONS else None
     if A.TOOL_NAME in attrs:
         return TOOL
     oi = attrs.get(A.OPENINFERENCE_SPAN_KIND)
@@ -237,6 +237,8 @@ def json_encoded_text(value: Any) -> tuple[str | bytes, bool]:
         decoded = json.loads(value)
     except ValueError:
         return value, False
+    except RecursionError:  # valid, but nested deeper than the parser goes: not a JSON string
+        return value, True
     return (decoded if isinstance(decoded, str) else value), True
 
 
@@ -268,11 +270,14 @@ class _Reader:
             return None
         try:
             number = int(value)
-        except ValueError:
+        except (ValueError, OverflowError):  # "abc", NaN, Infinity
             self.issue(key, f"must be a non-negative integer, got {value!r}; ignored")
             return None
         if number < 0:
             self.issue(key, f"must be a non-negative integer, got {number}; ignored")
+            return None
+        if number > MAX_COUNT:
+            self.issue(key, f"must be at most {MAX_COUNT} (a 64-bit integer), got {number}; ignored")
             return None
         return number
 
@@ -284,6 +289,10 @@ class _Reader:
             return value.lower() == "true"
         self.issue(key, f"must be a boolean, got {value!r}; ignored")
         return None
+
+
+MAX_COUNT = MAX_INT64
+"""Largest byte or token count the store holds."""
 
 
 def attribute_value_limit() -> int | None:
@@ -354,26 +363,27 @@ def extract_tool_call(
     if retained_value is not None:
         try:
             retained = parse_ranges(str(retained_value))
-        except (ValueError, TypeError) as e:
-            r.issue(A.RETAINED, f"{e}; retained ranges ignored")
+        except (ValueError, TypeError, OverflowError, RecursionError) as e:
+            r.issue(A.RETAINED, f"{str(e)[:300]}; retained ranges ignored")
     shape = attrs.get(A.SHAPE)
-    if shape is not None and shape not in A.SHAPES:
+    if shape is not None and (not isinstance(shape, str) or shape not in A.SHAPES):
         r.issue(A.SHAPE, f"must be one of {', '.join(A.SHAPES)}, got {shape!r}; the shape will be inferred")
         shape = None
+    texts = _Texts()
     call = ToolCall(
         trace_id=span.trace_id,
         span_id=span.span_id,
         parent_span_id=span.parent_span_id,
-        tool_name=str(name),
+        tool_name=texts.get(name) or "(unnamed)",
         dialect=dialect,
         start_ns=span.start_ns,
         end_ns=span.end_ns,
-        tool_call_id=str(call_id) if call_id is not None else None,
-        service_name=_str_or_none(span.resource.get(A.SERVICE_NAME)),
-        agent_name=_str_or_none(attrs.get(A.GEN_AI_AGENT_NAME)),
+        tool_call_id=texts.get(call_id),
+        service_name=texts.get(span.resource.get(A.SERVICE_NAME)),
+        agent_name=texts.get(attrs.get(A.GEN_AI_AGENT_NAME)),
         status=span.status_code,
-        error=span.status_message if span.status_code == "error" else None,
-        arguments=_args_text(args),
+        error=texts.get(span.status_message) if span.status_code == "error" else None,
+        arguments=texts.get(_args_text(args)),
         raw=raw,
         view=view,
         raw_bytes_declared=raw_bytes,
@@ -385,7 +395,9 @@ def extract_tool_call(
         retained=retained,
         shape=shape,
         source=span.source,
-        warnings=tuple(warnings) + tuple(i.message if not i.field else f"{i.field}: {i.message}" for i in r.issues),
+        warnings=tuple(warnings)
+        + tuple(i.message if not i.field else f"{i.field}: {i.message}" for i in r.issues)
+        + texts.warnings(),
     )
     return call, r.issues
 
@@ -430,7 +442,7 @@ def _usage_object(r: _Reader, key: str) -> Mapping[str, Any] | None:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             value = None
     if not isinstance(value, Mapping):
         r.issue(key, f"must be a JSON object of token counts, got {_short(r.span.attributes.get(key))}; ignored")
@@ -439,8 +451,8 @@ def _usage_object(r: _Reader, key: str) -> Mapping[str, Any] | None:
 
 
 def _count(r: _Reader, key: str, name: str, value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        r.issue(key, f"{name} must be a non-negative number, got {value!r}; ignored")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_COUNT:
+        r.issue(key, f"{name} must be a non-negative number up to {MAX_COUNT}, got {_short(value)}; ignored")
         return None
     return int(value)
 
@@ -486,4 +498,26 @@ def _short(value: Any) -> str:
 
 
 def _str_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)
+    return None if value is None else without_surrogates(str(value))[0]
+
+
+class _Texts:
+    """Text fields of one call as the store can hold them: lone surrogates become U+FFFD."""
+
+    def __init__(self) -> None:
+        self.replaced = 0
+
+    def get(self, value: Any) -> str | None:
+        if value is None:
+            return None
+        text, n = without_surrogates(value if isinstance(value, str) else str(value))
+        self.replaced += n
+        return text
+
+    def warnings(self) -> tuple[str, ...]:
+        if not self.replaced:
+            return ()
+        return (
+            f"{self.replaced} lone surrogate(s) (not valid Unicode) in the tool name, call id, service, agent, "
+            "error or arguments were stored as U+FFFD",
+        )

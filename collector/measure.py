@@ -43,6 +43,9 @@ MAX_JSON_BYTES = 64 * 1024 * 1024
 MAX_SCHEMA_NODES = 2_000_000
 """Fingerprints walk at most this many JSON values (said in a warning when hit)."""
 
+MAX_INT64 = 2**63 - 1
+"""Largest byte offset or count the store holds (its integer columns are signed 64-bit)."""
+
 MAX_STORED_RANGES = 256
 """Retained ranges kept per call; the omitted count still covers all of them."""
 
@@ -79,6 +82,20 @@ def to_text(value: str | bytes, what: str) -> tuple[str, bytes, list[str]]:
         data = value.encode("utf-8", errors="surrogatepass")
         warnings.append(f"{what} holds lone surrogates (not valid Unicode); measured with surrogatepass")
     return value, data, warnings
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def without_surrogates(text: str) -> tuple[str, int]:
+    """``text`` with each lone surrogate replaced by U+FFFD, and how many there were.
+
+    JSON allows escapes such as ``\\ud800`` that decode to text no UTF-8 encoder (and so
+    no store column) accepts; payloads are measured as they are, names and ids cleaned.
+    """
+    if text.isascii():
+        return text, 0
+    return _SURROGATE.subn("\ufffd", text)
 
 
 # --- retained ranges ------------------------------------------------------------------
@@ -204,6 +221,11 @@ def clean_declared_ranges(ranges: tuple[Range, ...], raw_len: int | None) -> tup
         if raw_len is not None and e > raw_len:
             warnings.append(f"retained range {s}-{e} ends past the raw result ({raw_len} bytes); clipped")
             e = raw_len
+            if e <= s:
+                continue
+        elif e > MAX_INT64:  # size unknown: the store still needs 64-bit offsets
+            warnings.append(f"retained range {s}-{e} ends past {MAX_INT64} bytes; clipped")
+            e = MAX_INT64
             if e <= s:
                 continue
         kept.append((s, e))
@@ -418,7 +440,8 @@ def measure(call: ToolCall, counter: TokenCounter) -> tuple[dict[str, Any], dict
         raw_bytes = call.raw_bytes_declared
         assert raw_text is not None
         partial = counter.count(raw_text)
-        raw_tokens = call.raw_tokens_declared or round(partial.tokens * raw_bytes / max(len(raw_data), 1))
+        estimate = min(round(partial.tokens * raw_bytes / max(len(raw_data), 1)), MAX_INT64)
+        raw_tokens = call.raw_tokens_declared or estimate
         raw_exact = bool(call.raw_tokens_declared)
     elif raw_text is not None:
         counted = counter.count(raw_text)

@@ -20,13 +20,25 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from collector.measure import without_surrogates
+
 GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"
-_OI = re.compile(r"^llm\.input_messages\.(\d+)\.message\.(role|tool_call_id|content)$")
-_TL = re.compile(r"^gen_ai\.prompt\.(\d+)\.(role|tool_call_id|content)$")
+_OI = re.compile(r"^llm\.input_messages\.(\d{1,9})\.message\.(role|tool_call_id|content)$")
+_TL = re.compile(r"^gen_ai\.prompt\.(\d{1,9})\.(role|tool_call_id|content)$")
 
 
 def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (ValueError, RecursionError):  # NaN is written as NaN; only a cycle or extreme depth get here
+        return str(value)
+
+
+def _call_id(value: Any) -> str:
+    """A tool call id as the store can hold it (the tool span's id is cleaned the same way)."""
+    return without_surrogates(str(value))[0]
 
 
 def _from_gen_ai(value: Any) -> list[tuple[str, str]]:
@@ -39,9 +51,10 @@ def _from_gen_ai(value: Any) -> list[tuple[str, str]]:
     for message in value if isinstance(value, list) else []:
         if not isinstance(message, dict):
             continue
-        for part in message.get("parts") or []:
+        parts = message.get("parts")
+        for part in parts if isinstance(parts, list) else []:
             if isinstance(part, dict) and part.get("type") == "tool_call_response" and part.get("id"):
-                out.append((str(part["id"]), _text(part.get("response", part.get("result", "")))))
+                out.append((_call_id(part["id"]), _text(part.get("response", part.get("result", "")))))
     return out
 
 
@@ -54,7 +67,7 @@ def _from_flattened(attrs: Mapping[str, Any], pattern: re.Pattern[str], prefix: 
         if m:
             messages.setdefault(int(m.group(1)), {})[m.group(2)] = value
     return [
-        (str(msg["tool_call_id"]), _text(msg.get("content", "")))
+        (_call_id(msg["tool_call_id"]), _text(msg.get("content", "")))
         for _, msg in sorted(messages.items())
         if msg.get("role") == "tool" and msg.get("tool_call_id")
     ]

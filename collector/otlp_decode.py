@@ -22,9 +22,9 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from collector.dialects import LogData, SpanData
 from collector.errors import InputError
 from collector.model import Issue
+from collector.otlp_json import MAX_TIME_NS, spans_from_request, time_ns
 from collector.otlp_json import any_value as json_any_value
 from collector.otlp_json import attributes as json_attributes
-from collector.otlp_json import spans_from_request
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -80,6 +80,17 @@ def _spans_from_proto(req: ExportTraceServiceRequest, source: str, decoded: Deco
                         )
                     )
                     continue
+                if max(span.start_time_unix_nano, span.end_time_unix_nano) > MAX_TIME_NS:
+                    decoded.rejected += 1
+                    decoded.issues.append(
+                        Issue(
+                            source,
+                            f"resource_spans[{ri}].scope_spans[{si}].spans[{pi}] has a start or end time past "
+                            f"{MAX_TIME_NS} ns (year 2262), the latest the store holds; span rejected",
+                            level="error",
+                        )
+                    )
+                    continue
                 yield SpanData(
                     name=span.name,
                     trace_id=span.trace_id.hex(),
@@ -126,6 +137,8 @@ def _json_body(body: bytes) -> Any:
         raise InputError(f"body is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from e
     except RecursionError as e:
         raise InputError("JSON body is nested too deeply to parse") from e
+    except ValueError as e:  # e.g. an integer literal longer than Python converts (4300 digits)
+        raise InputError(f"body is not valid JSON ({e})") from e
     if not isinstance(doc, dict):
         raise InputError(f"JSON body must be an object, got {type(doc).__name__}")
     return doc
@@ -147,6 +160,17 @@ def decode_logs(body: bytes, content_type: str, source: str) -> Decoded:
             resource = _attrs(rl.resource.attributes)
             for sl in rl.scope_logs:
                 for rec in sl.log_records:
+                    if max(rec.time_unix_nano, rec.observed_time_unix_nano) > MAX_TIME_NS:
+                        decoded.rejected += 1
+                        decoded.issues.append(
+                            Issue(
+                                source,
+                                f"a log record's time is past {MAX_TIME_NS} ns (year 2262), the latest "
+                                "the store holds; rejected",
+                                level="error",
+                            )
+                        )
+                        continue
                     decoded.logs.append(
                         LogData(
                             time_ns=rec.time_unix_nano or rec.observed_time_unix_nano,
@@ -163,19 +187,23 @@ def decode_logs(body: bytes, content_type: str, source: str) -> Decoded:
     doc = _json_body(body)
     if "resourceLogs" not in doc:
         raise InputError("JSON body is not an OTLP ExportLogsServiceRequest (no 'resourceLogs' key)")
-    for ri, rl in enumerate(doc.get("resourceLogs") or []):
+    for ri, rl in enumerate(_json_list(doc.get("resourceLogs"), "resourceLogs", source, decoded)):
         try:
             resource = json_attributes((rl.get("resource") or {}).get("attributes"))
-        except (ValueError, KeyError, TypeError):
+        except _READ_ERRORS:
             resource = {}
-        for sl in rl.get("scopeLogs") or []:
-            for li, rec in enumerate(sl.get("logRecords") or []):
+        scopes = _json_list(rl.get("scopeLogs"), f"resourceLogs[{ri}].scopeLogs", source, decoded)
+        for si, sl in enumerate(scopes):
+            where = f"resourceLogs[{ri}].scopeLogs[{si}].logRecords"
+            for li, rec in enumerate(_json_list(sl.get("logRecords"), where, source, decoded)):
                 try:
                     trace_id = rec.get("traceId") or None
                     span_id = rec.get("spanId") or None
                     decoded.logs.append(
                         LogData(
-                            time_ns=int(rec.get("timeUnixNano") or rec.get("observedTimeUnixNano") or 0),
+                            time_ns=time_ns(
+                                rec.get("timeUnixNano") or rec.get("observedTimeUnixNano") or 0, "timeUnixNano"
+                            ),
                             attributes=json_attributes(rec.get("attributes")),
                             body=json_any_value(rec["body"]) if rec.get("body") else None,
                             event_name=rec.get("eventName") or None,
@@ -185,7 +213,7 @@ def decode_logs(body: bytes, content_type: str, source: str) -> Decoded:
                             source=source,
                         )
                     )
-                except (ValueError, KeyError, TypeError, AttributeError) as e:
+                except _READ_ERRORS as e:
                     decoded.rejected += 1
                     decoded.issues.append(
                         Issue(
@@ -193,3 +221,28 @@ def decode_logs(body: bytes, content_type: str, source: str) -> Decoded:
                         )
                     )
     return decoded
+
+
+_READ_ERRORS = (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError)
+
+
+def _json_list(value: Any, where: str, source: str, decoded: Decoded) -> list[dict[str, Any]]:
+    """The objects of a JSON list; anything else is rejected with a message."""
+    if not value:
+        return []
+    if not isinstance(value, list):
+        decoded.rejected += 1
+        decoded.issues.append(
+            Issue(source, f"{where} must be a list, got {type(value).__name__}; rejected", level="error")
+        )
+        return []
+    out = []
+    for i, item in enumerate(value):
+        if isinstance(item, dict):
+            out.append(item)
+        else:
+            decoded.rejected += 1
+            decoded.issues.append(
+                Issue(source, f"{where}[{i}] must be an object, got {type(item).__name__}; rejected", level="error")
+            )
+    return out

@@ -22,6 +22,8 @@ from collector.errors import InputError
 from collector.model import Issue
 
 _HEX = re.compile(r"^[0-9a-fA-F]*$")
+MAX_TIME_NS = 2**63 - 1
+"""Latest time the store holds (a signed 64-bit nanosecond count); OTLP times are unsigned."""
 _STATUS = {
     0: "unset",
     1: "ok",
@@ -80,24 +82,56 @@ def _hex_id(value: Any, length: int, name: str) -> str:
     return value.lower()
 
 
+def time_ns(value: Any, name: str) -> int:
+    """An OTLP time (integer nanoseconds, or a string of them) that the store can hold.
+
+    Raises:
+        ValueError: not an integer, or outside 0 to 2**63 - 1.
+    """
+    try:
+        number = int(value)
+    except OverflowError as e:  # float("inf") read from a JSON number such as 1e400
+        raise ValueError(f"{name} must be an integer count of nanoseconds, got {value!r}") from e
+    if number < 0 or number > MAX_TIME_NS:
+        raise ValueError(f"{name} must be between 0 and {MAX_TIME_NS} nanoseconds, got {number}")
+    return number
+
+
 def _span(raw: dict[str, Any], resource: dict[str, Any], source: str) -> SpanData:
     status = raw.get("status") or {}
     code = status.get("code", 0)
     parent = raw.get("parentSpanId") or None
+    start = time_ns(raw.get("startTimeUnixNano", 0), "startTimeUnixNano")
     return SpanData(
         name=str(raw.get("name", "")),
         trace_id=_hex_id(raw.get("traceId"), 32, "traceId"),
         span_id=_hex_id(raw.get("spanId"), 16, "spanId"),
         parent_span_id=_hex_id(parent, 16, "parentSpanId") if parent else None,
-        start_ns=int(raw.get("startTimeUnixNano", 0)),
-        end_ns=int(raw.get("endTimeUnixNano", raw.get("startTimeUnixNano", 0))),
+        start_ns=start,
+        end_ns=time_ns(raw.get("endTimeUnixNano", start), "endTimeUnixNano"),
         attributes=attributes(raw.get("attributes")),
         resource=resource,
-        status_code=_STATUS.get(code, "unset"),
+        status_code=_STATUS.get(code, "unset") if isinstance(code, (int, str)) else "unset",
         status_message=status.get("message") or None,
         dropped_attributes=int(raw.get("droppedAttributesCount", 0) or 0),
         source=source,
     )
+
+
+_READ_ERRORS = (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError)
+"""What reading one part of a hostile OTLP/JSON document can raise."""
+
+
+def _list(value: Any, where: str, source: str, issues: list[Issue]) -> list[Any]:
+    """``value`` when it is a list (None and empty mean none); otherwise an error issue and []."""
+    if not value:
+        return []
+    if isinstance(value, list):
+        return value
+    issues.append(
+        Issue(source, f"{where} must be a list, got {type(value).__name__}; its spans were skipped", level="error")
+    )
+    return []
 
 
 def spans_from_request(request: Any, source: str, issues: list[Issue]) -> Iterator[SpanData]:
@@ -109,18 +143,34 @@ def spans_from_request(request: Any, source: str, issues: list[Issue]) -> Iterat
             )
         )
         return
-    for ri, rs in enumerate(request.get("resourceSpans") or []):
+    for ri, rs in enumerate(_list(request.get("resourceSpans"), "resourceSpans", source, issues)):
+        if not isinstance(rs, dict):
+            issues.append(
+                Issue(source, f"resourceSpans[{ri}] must be an object, got {type(rs).__name__}; skipped", level="error")
+            )
+            continue
         try:
             resource = attributes((rs.get("resource") or {}).get("attributes"))
-        except (ValueError, KeyError, TypeError) as e:
+        except _READ_ERRORS as e:
             issues.append(Issue(source, f"resourceSpans[{ri}].resource.attributes: {e}; resource ignored"))
             resource = {}
-        for si, ss in enumerate(rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []):
-            for pi, raw in enumerate(ss.get("spans") or []):
+        scopes = rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans")
+        for si, ss in enumerate(_list(scopes, f"resourceSpans[{ri}].scopeSpans", source, issues)):
+            if not isinstance(ss, dict):
+                issues.append(
+                    Issue(
+                        source,
+                        f"resourceSpans[{ri}].scopeSpans[{si}] must be an object, got {type(ss).__name__}; skipped",
+                        level="error",
+                    )
+                )
+                continue
+            spans = _list(ss.get("spans"), f"resourceSpans[{ri}].scopeSpans[{si}].spans", source, issues)
+            for pi, raw in enumerate(spans):
                 where = f"resourceSpans[{ri}].scopeSpans[{si}].spans[{pi}]"
                 try:
                     yield _span(raw, resource, source)
-                except (ValueError, KeyError, TypeError, AttributeError) as e:
+                except _READ_ERRORS as e:
                     span_id = raw.get("spanId") if isinstance(raw, dict) else None
                     issues.append(
                         Issue(

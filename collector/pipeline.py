@@ -132,6 +132,7 @@ class Pipeline:
                     row, payloads = measure(call, self.counter)
                     self._store_payloads(row, payloads, batch)
                     batch.tool_rows.append(row)
+                    del payloads  # UTF-8 copies as large as the result: not alive while the next is measured
                 elif item.kind == LLM:
                     llm, found = extract_llm_call(item.span)
                     issues += found

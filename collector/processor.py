@@ -7,8 +7,9 @@ never blocks on I/O and never raises. A named daemon thread does the rest in bat
 reading the span, counting tokens, inferring truncation, fingerprinting, and writing one
 DuckDB transaction per batch (:mod:`collector.store`).
 
-When the deque is full (by count or by queued payload bytes) the span is dropped and
-counted; the count is stored with every flush and shown by the dashboard.
+When the deque is full (by count, or by the payload bytes held: queued or still being
+measured and written) the span is dropped and counted; the count is stored with every
+flush and shown by the dashboard.
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ class ToolResultProcessor(SpanProcessor):
         store_payloads: keep payloads for replay; False keeps numbers only.
         payload_cap_bytes: larger payloads are stored as head and tail, said explicitly.
         max_queue_size: spans waiting for the worker, at most.
-        max_queued_bytes: payload bytes waiting for the worker, at most.
+        max_queued_bytes: payload bytes queued or being measured, at most (one larger
+            payload goes through when nothing else is held).
         max_batch_size: spans per batch.
         flush_interval: seconds between writes.
         forward_to: OTLP/HTTP endpoint of a ``toolmeter serve`` (e.g. ``http://127.0.0.1:4318``):
@@ -135,7 +137,7 @@ class ToolResultProcessor(SpanProcessor):
         self._max_batch = self.config.max_batch_size
         self._seen = 0  # tool/LLM spans offered (guarded by _lock, like _dropped)
         self._dropped = 0
-        self._queued_bytes = 0
+        self._queued_bytes = 0  # payload bytes held: queued, or popped and not yet written
         self._enqueued = 0  # items accepted so far
         self._done = 0  # items accepted and then written or given up on
         self._shutdown = False
@@ -185,7 +187,8 @@ class ToolResultProcessor(SpanProcessor):
             with self._lock:
                 self._seen += 1
                 queue = self._queue
-                if len(queue) >= self._max_queue or (queue and self._queued_bytes + size > self._max_bytes):
+                held = self._queued_bytes  # one payload over the limit goes through when nothing is held
+                if len(queue) >= self._max_queue or (held and held + size > self._max_bytes):
                     self._dropped += 1
                     if not self._dropped_warned:
                         self._dropped_warned = True
@@ -228,11 +231,16 @@ class ToolResultProcessor(SpanProcessor):
                     return
                 n = min(len(self._queue), self._max_batch)
                 entries = [self._queue.popleft() for _ in range(n)]
-                self._queued_bytes -= sum(size for _, size in entries)
             items = [item for item, _ in entries]
             self._write_items(items)
+            # the payloads stay counted until written: the batch in hand and the queue
+            # behind it together hold at most max_queued_bytes
+            size = sum(size for _, size in entries)
+            n = len(items)
+            del entries, items
             with self._lock:
-                self._done += len(items)
+                self._queued_bytes -= size
+                self._done += n
                 self._idle.notify_all()
 
     def _write_items(self, items: list[Item]) -> None:

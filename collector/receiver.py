@@ -22,6 +22,7 @@ import collections
 import gzip
 import logging
 import os
+import socket
 import threading
 import time
 import zlib
@@ -45,6 +46,7 @@ from collector import spool as S
 from collector.config import CollectorConfig
 from collector.dialects import LLM, TOOL, classify
 from collector.errors import InputError, StoreError
+from collector.lake import LakeSpec, is_lake
 from collector.otlp_decode import JSON, PROTOBUF, Decoded, decode_logs, decode_traces
 from collector.pipeline import Item, Pipeline
 from collector.store import Batch, read_progress
@@ -68,7 +70,9 @@ class ReceiverConfig:
     grpc_port: int | None = 4317
     token: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    max_queued_bytes: int = 256 * 1024 * 1024
+    max_queued_bytes: int | None = None
+    """Request bytes spooled and not yet written to DuckDB, at most; None: the collector
+    config's ``max_queued_bytes`` (``TOOLMETER_MAX_QUEUED_BYTES``, 256 MiB by default)."""
     spool_dir: str | None = None
     workers: int = 2
 
@@ -83,11 +87,19 @@ class Receiver:
     def __init__(self, config: CollectorConfig, rc: ReceiverConfig) -> None:
         self.config = config
         self.rc = rc
+        self.max_queued_bytes = config.max_queued_bytes if rc.max_queued_bytes is None else rc.max_queued_bytes
         self.pipeline = Pipeline(config, collector_id=f"receiver-{os.getpid()}")
         self.pipeline.store.ensure_schema()
-        spool_dir = rc.spool_dir or os.fspath(config.db) + ".spool"
+        db = os.fspath(config.db)
+        if is_lake(db):
+            # the spool is this host's own (never on the shared lake), and receivers on
+            # different hosts may use the same folder name: the host name tells them apart
+            spool_dir = rc.spool_dir or os.path.join(LakeSpec.parse(db).state_dir, "spool")
+            self.receiver_id = f"{socket.gethostname()}:{os.path.abspath(spool_dir)}"
+        else:
+            spool_dir = rc.spool_dir or db + ".spool"
+            self.receiver_id = os.path.abspath(spool_dir)
         self.spool = S.Spool(spool_dir)
-        self.receiver_id = os.path.abspath(spool_dir)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._idle = threading.Condition(self._lock)
@@ -126,7 +138,7 @@ class Receiver:
             StoreError: the spool could not be written; answer 503 too.
         """
         with self._lock:
-            if self._queue and self._queued_bytes + len(body) > self.rc.max_queued_bytes:
+            if self._queue and self._queued_bytes + len(body) > self.max_queued_bytes:
                 self.refused += 1
                 with self.pipeline.lock:
                     self.pipeline.counters.refused = self.refused
@@ -324,6 +336,9 @@ def make_app(receiver: Receiver) -> web.Application:
             decoded = await loop.run_in_executor(None, decode, body, ct, "otlp")
         except InputError as e:
             return _error(400, code_pb2.INVALID_ARGUMENT, str(e), ct)
+        # the answer needs the rejections only; the decoded payloads would stay alive
+        # (as large as the body) while it is spooled
+        decoded = Decoded(rejected=decoded.rejected, issues=decoded.issues)
         try:
             await loop.run_in_executor(None, receiver.accept, kind, body)
         except QueueFull:
@@ -367,6 +382,7 @@ def make_grpc_server(receiver: Receiver, host: str, port: int) -> tuple[grpc.Ser
                 decoded = decode(body, PROTOBUF, "otlp")
             except InputError as e:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            decoded = Decoded(rejected=decoded.rejected, issues=decoded.issues)  # not the payloads
             try:
                 receiver.accept(kind, body)
             except (QueueFull, StoreError):

@@ -50,8 +50,17 @@ def _as_text(value: Any) -> str | bytes:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
+_LEN_CHUNK_CHARS = 1024 * 1024
+
+
 def _utf8_len(value: str | bytes) -> int:
-    return len(value) if isinstance(value, bytes) else len(value.encode("utf-8", errors="surrogatepass"))
+    """UTF-8 length without an encoded copy of the whole value (the agent holds it already)."""
+    if isinstance(value, bytes) or value.isascii():
+        return len(value)
+    return sum(
+        len(value[i : i + _LEN_CHUNK_CHARS].encode("utf-8", errors="surrogatepass"))
+        for i in range(0, len(value), _LEN_CHUNK_CHARS)
+    )
 
 
 def format_ranges(ranges: Iterable[tuple[int, int]]) -> str:

@@ -81,7 +81,8 @@ class Spool:
                     self._file.close()
                     self._current += 1
                     self._file = open(self._path(self._current), "ab")  # noqa: SIM115
-                self._file.write(header + body)
+                self._file.write(header)  # two writes: no copy of a large body
+                self._file.write(body)
                 self._file.flush()
                 os.fsync(self._file.fileno())
                 return self._current, self._file.tell()
