@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,7 @@ import duckdb
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_dashboard import populate  # noqa: E402
+from benchmarks.bench_dashboard import populate, timed  # noqa: E402
 from collector import lake as L  # noqa: E402
 from collector.lake_admin import maintain  # noqa: E402
 from collector.report import Filters, ranking  # noqa: E402
@@ -133,15 +132,6 @@ def ingest_run(db: str, writers: int, traces: int, work: Path, env_extra: dict[s
             proc.wait(timeout=300)
 
 
-def _median_time(fn: Callable[[], object], rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def query_latency(lake: str, work: Path, calls: int, commits: int, rounds: int) -> list[tuple[str, float]]:
     file_db = str(work / "same-size.duckdb")
     Store(file_db).ensure_schema()
@@ -164,13 +154,13 @@ def query_latency(lake: str, work: Path, calls: int, commits: int, rounds: int) 
 
         return run
 
-    rows = [("DuckDB file (baseline)", _median_time(rank(file_db), rounds))]
+    rows = [("DuckDB file (baseline)", timed(rank(file_db), rounds))]
     rank(lake)()  # attach once: a dashboard process keeps its lake attached
-    rows.append((f"lake, {commits} commits, before maintenance", _median_time(rank(lake), rounds)))
+    rows.append((f"lake, {commits} commits, before maintenance", timed(rank(lake), rounds)))
     t0 = time.perf_counter()
     summary = maintain(lake, snapshots_older_than=timedelta(0))
     print(f"   toolmeter lake maintain: {time.perf_counter() - t0:.1f} s; " + "; ".join(summary.lines()[:2]))
-    rows.append(("lake, after maintenance", _median_time(rank(lake), rounds)))
+    rows.append(("lake, after maintenance", timed(rank(lake), rounds)))
     return rows
 
 

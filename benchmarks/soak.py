@@ -1,9 +1,11 @@
 """Soak: the fuzz properties at length, then a steady OTLP stream into a receiver killed with -9.
 
-Part 1, fuzz: runs ``tests/collector/test_fuzz.py`` in a pytest subprocess with
-``TOOLMETER_FUZZ_EXAMPLES=N`` (fresh randomness each run; the properties that write to
-DuckDB or talk HTTP run a fixed fraction of N, see the test file) and reports the cases
-each property ran, their time, and any failure.
+Part 1, fuzz: runs ``tests/collector/test_fuzz.py`` in pytest subprocesses with
+``TOOLMETER_FUZZ_EXAMPLES`` set, until each property ran N cases (the properties that write
+to DuckDB or talk HTTP run a fixed fraction of N, see the test file). Hypothesis keeps every
+case of a run in memory, so the cases go in rounds of ``--chunk`` per process, each round
+with fresh randomness. Reports the cases each property ran, their time, the peak RSS of
+each round, and any failure (a crash, a hang past ``--fuzz-timeout``, a failing case).
 
 Part 2, stream: starts ``toolmeter serve`` in its own process and sends OTLP/HTTP requests
 (protobuf and JSON, tool spans of 100 B to 20 KB) at a steady rate for M minutes, retrying
@@ -76,7 +78,8 @@ class FuzzResult:
     cases: int
     seconds: float
     per_test: list[PropertyRun]
-    summary: str
+    notes: list[str]
+    """One line per pytest round: its outcome and the peak RSS of its process."""
 
 
 _STATS_HEAD = re.compile(r"^(\S+::\S+):$")
@@ -84,18 +87,30 @@ _STATS_PHASE = re.compile(r"during (\w+) phase \(([\d.]+) seconds\)")
 _STATS_CASES = re.compile(r"(\d+) passing, (\d+) failing, and (\d+) invalid")
 
 
-def run_fuzz(examples: int, timeout_s: float, log_path: Path) -> FuzzResult:
-    """Run the fuzz file with ``examples`` cases per property; parse hypothesis' statistics."""
+def _fuzz_round(examples: int, timeout_s: float, log_path: Path, t0: float) -> tuple[int, str, int, bool]:
+    """One pytest run of the fuzz file: (exit code, its log, peak RSS of pytest, killed as hung)."""
     env = dict(os.environ, TOOLMETER_FUZZ_EXAMPLES=str(examples))
     cmd = [sys.executable, "-m", "pytest", FUZZ_FILE, "-m", "not slow", "-p", "no:cacheprovider", "-v",
            "--hypothesis-show-statistics"]  # fmt: skip
-    print(f"fuzz: {' '.join(cmd[2:])} with TOOLMETER_FUZZ_EXAMPLES={examples:,}; log {log_path}", flush=True)
-    t0 = time.monotonic()
+    peak = [0]
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert proc.stdout is not None
-        timer = threading.Timer(timeout_s, proc.kill)
+        hung = threading.Event()
+
+        def kill() -> None:
+            hung.set()
+            proc.kill()
+
+        def sample() -> None:
+            while proc.poll() is None:
+                with contextlib.suppress(psutil.Error):
+                    peak[0] = max(peak[0], psutil.Process(proc.pid).memory_info().rss)
+                time.sleep(1)
+
+        timer = threading.Timer(timeout_s, kill)
         timer.start()
+        threading.Thread(target=sample, name="soak-rss", daemon=True).start()
         try:
             for line in proc.stdout:
                 log.write(line)
@@ -104,21 +119,45 @@ def run_fuzz(examples: int, timeout_s: float, log_path: Path) -> FuzzResult:
             code = proc.wait()
         finally:
             timer.cancel()
+    return code, log_path.read_text(), peak[0], hung.is_set()
+
+
+def run_fuzz(examples: int, chunk: int, timeout_s: float, workdir: Path) -> FuzzResult:
+    """Run the fuzz file until each property ran ``examples`` cases, ``chunk`` per pytest process.
+
+    Hypothesis remembers every case of a run (about 40 KB each for the larger properties), so
+    long runs go in rounds of fresh processes, each with fresh randomness.
+    """
+    t0 = time.monotonic()
+    rounds = [chunk] * (examples // chunk) + ([examples % chunk] if examples % chunk else [])
+    totals: dict[str, PropertyRun] = {}
+    ok = True
+    notes = []
+    for n, size in enumerate(rounds, 1):
+        log_path = workdir / f"fuzz-{n}.log"
+        print(f"fuzz round {n}/{len(rounds)}: TOOLMETER_FUZZ_EXAMPLES={size:,}; log {log_path}", flush=True)
+        code, text, peak, hung = _fuzz_round(size, timeout_s, log_path, t0)
+        for line in text.splitlines():
+            if m := _STATS_HEAD.match(line.strip()):
+                name = m.group(1).split("::", 1)[1]
+                current = totals.setdefault(name, PropertyRun(name))
+            elif totals and (m := _STATS_PHASE.search(line)):
+                current.seconds += float(m.group(2))
+            elif totals and (m := _STATS_CASES.search(line)):
+                current.cases += sum(int(g) for g in m.groups())
+        summary = next((ln.strip("= ") for ln in reversed(text.splitlines()) if " in " in ln and "=" in ln), "")
+        if code != 0:
+            ok = False
+            why = f"killed after {timeout_s:,.0f} s (hung?)" if hung else f"exit code {code}"
+            why = f"killed by signal {-code}" if code < 0 and not hung else why
+            notes.append(
+                f"round {n}: pytest {why} (peak RSS {peak / 1e6:,.0f} MB): {summary or 'no summary'}; log {log_path}"
+            )
+            break
+        notes.append(f"round {n}: {summary} (peak RSS {peak / 1e6:,.0f} MB)")
     seconds = time.monotonic() - t0
-    text = log_path.read_text()
-    per_test: list[PropertyRun] = []
-    for line in text.splitlines():
-        if m := _STATS_HEAD.match(line.strip()):
-            per_test.append(PropertyRun(m.group(1).split("::", 1)[1]))
-        elif per_test and (m := _STATS_PHASE.search(line)):
-            per_test[-1].seconds += float(m.group(2))
-        elif per_test and (m := _STATS_CASES.search(line)):
-            per_test[-1].cases += sum(int(g) for g in m.groups())
-    summary = next((ln.strip("= ") for ln in reversed(text.splitlines()) if " in " in ln and "=" in ln), "")
-    timed_out = seconds >= timeout_s
-    if timed_out:
-        summary = f"killed after {timeout_s:.0f} s (a hang?) {summary}"
-    return FuzzResult(code == 0 and not timed_out, sum(r.cases for r in per_test), seconds, per_test, summary)
+    per_test = list(totals.values())
+    return FuzzResult(ok, sum(r.cases for r in per_test), seconds, per_test, notes)
 
 
 # --- part 2: a steady stream into a receiver killed with -9 -------------------------------------
@@ -411,7 +450,10 @@ def main() -> int:
     parser.add_argument("--only", choices=["fuzz", "stream"], help="run one part only")
     parser.add_argument("--examples", type=int, default=100_000, help="hypothesis cases per property (default 100000)")
     parser.add_argument(
-        "--fuzz-timeout", type=float, default=12 * 3600, help="seconds before the fuzz run counts as hung"
+        "--chunk", type=int, default=10_000, help="cases per property per pytest process (default 10000)"
+    )
+    parser.add_argument(
+        "--fuzz-timeout", type=float, default=3 * 3600, help="seconds a pytest round may run before it counts as hung"
     )
     parser.add_argument("--minutes", type=float, default=10, help="length of the stream (default 10)")
     parser.add_argument("--kill-every", type=float, default=20, help="seconds between kill -9s (default 20)")
@@ -427,16 +469,15 @@ def main() -> int:
     ok = True
     try:
         if args.only in (None, "fuzz"):
-            fz = run_fuzz(args.examples, args.fuzz_timeout, workdir / "fuzz.log")
+            fz = run_fuzz(args.examples, args.chunk, args.fuzz_timeout, workdir)
             ok &= fz.ok
             print("\nfuzz properties:")
             print(f"  {'property':<70} {'cases':>9} {'seconds':>9}")
             for r in fz.per_test:
                 print(f"  {r.name:<70} {r.cases:>9,} {r.seconds:>9.1f}")
             rows.append(("fuzz", "ok" if fz.ok else "FAILED",
-                         f"{fz.cases:,} cases in {fz.seconds:,.0f} s; pytest: {fz.summary}"))  # fmt: skip
-            if not fz.ok:
-                rows.append(("", "", f"log: {workdir / 'fuzz.log'}"))
+                         f"{fz.cases:,} cases in {fz.seconds:,.0f} s"))  # fmt: skip
+            rows += [("", "", note) for note in fz.notes]
         if args.only in (None, "stream"):
             print(f"\nstream: {args.minutes:g} min at {args.rate:g} requests/s x {args.spans_per_request} spans, "
                   f"kill -9 every {args.kill_every:g} s; work folder {workdir}", flush=True)  # fmt: skip

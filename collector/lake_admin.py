@@ -141,9 +141,9 @@ def _row_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
 
 def _trim_bookkeeping(con: duckdb.DuckDBPyConnection) -> int:
     """Keep each collector's latest counters and each receiver's furthest progress."""
-    trimmed = 0
-    con.execute("BEGIN TRANSACTION")
-    try:
+
+    def trim() -> int:
+        trimmed = 0
         for sql in (
             """DELETE FROM collector_stats WHERE (collector_id, updated_at) NOT IN (
                    SELECT (collector_id, max(updated_at)) FROM collector_stats GROUP BY collector_id)""",
@@ -156,12 +156,9 @@ def _trim_bookkeeping(con: duckdb.DuckDBPyConnection) -> int:
         ):
             row = con.execute(sql).fetchone()
             trimmed += int(row[0]) if row else 0
-        con.execute("COMMIT")
-    except BaseException:
-        with contextlib.suppress(duckdb.Error):
-            con.execute("ROLLBACK")
-        raise
-    return trimmed
+        return trimmed
+
+    return _in_transaction(con, trim)
 
 
 # --- migrate ------------------------------------------------------------------------------------
