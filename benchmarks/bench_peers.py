@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import abc
 import argparse
+import ctypes
 import http.client
 import json
 import os
@@ -88,6 +89,7 @@ STOP_TIMEOUT_S = 60.0
 SERVICE_NAME = "bench-agent"
 TOOLS = ("search_orders", "list_invoices", "get_customer")
 LOG_TAIL_LINES = 40
+PR_SET_PDEATHSIG = 1
 
 
 # --- workload -------------------------------------------------------------------------------
@@ -244,6 +246,25 @@ class TreeSampler(threading.Thread):
         self._stop_event.set()
         self.join(timeout=5)
         self.sample()
+
+
+def _die_with_parent() -> None:
+    """In the server's child process: ask Linux for SIGTERM if this benchmark dies first."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(f"stopped by signal {signal.Signals(signum).name}")
+
+
+def stop_servers_on_signals() -> None:
+    """SIGTERM or SIGHUP end the run through the normal clean-up, so servers are stopped."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit_on_signal)
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -465,6 +486,8 @@ class Server(abc.ABC):
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            # no thread of this process runs while a server starts, so preexec_fn is safe here
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> float:
@@ -901,6 +924,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    stop_servers_on_signals()
     names = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = set(names) - {"toolmeter", "phoenix", "mlflow"}
     if unknown:
