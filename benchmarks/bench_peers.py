@@ -857,9 +857,10 @@ What toolmeter records that neither does:
   over-budget calls;
 - result shape and a JSON-schema fingerprint, to tie envelope growth to a field;
 - window cost: view tokens x the LLM calls later in the same trace; p99-first ranking of
-  tools; alert rules and webhooks.
-It keeps measurements, not the payloads or LLM-call details, and has no evaluation,
-prompt management or trace-tree UI.
+  tools; alert rules and webhooks; secrets masked in payloads before they are stored.
+It keeps tool payloads for replay (capped at 1 MiB, head and tail beyond) but reads LLM
+spans only to count the calls after each tool call: no LLM latency, billed tokens or cost,
+no evaluation or prompt management, and its views are of tool calls, not of span trees.
 
 Acknowledgement semantics differ: toolmeter answers after the request is fsync-ed to its
 spool; Phoenix after decoding, with spans queued in memory (503 when its queue is full);

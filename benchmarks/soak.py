@@ -5,7 +5,9 @@ Part 1, fuzz: runs ``tests/collector/test_fuzz.py`` in pytest subprocesses with
 to DuckDB or talk HTTP run a fixed fraction of N, see the test file). Hypothesis keeps every
 case of a run in memory, so the cases go in rounds of ``--chunk`` per process, each round
 with fresh randomness. Reports the cases each property ran, their time, the peak RSS of
-each round, and any failure (a crash, a hang past ``--fuzz-timeout``, a failing case).
+each round, and any failure (a crash, a hang past ``--fuzz-timeout``, a failing case). A
+round killed by a signal this script did not send (another user's ``pkill`` on a shared
+host) runs once more, and the report says so.
 
 Part 2, stream: starts ``toolmeter serve`` in its own process and sends OTLP/HTTP requests
 (protobuf and JSON, tool spans of 100 B to 20 KB) at a steady rate for M minutes, retrying
@@ -122,6 +124,12 @@ def _fuzz_round(examples: int, timeout_s: float, log_path: Path, t0: float) -> t
     return code, log_path.read_text(), peak[0], hung.is_set()
 
 
+_OUTSIDE_SIGNALS = (signal.SIGTERM, signal.SIGKILL, signal.SIGINT)
+"""Signals this script never sends a round (its hang timer kills, and says so): on a shared
+host another user's ``pkill`` can send them. Such a round runs once more; a crash signal
+(SIGSEGV, SIGABRT) fails the soak at once."""
+
+
 def run_fuzz(examples: int, chunk: int, timeout_s: float, workdir: Path) -> FuzzResult:
     """Run the fuzz file until each property ran ``examples`` cases, ``chunk`` per pytest process.
 
@@ -134,30 +142,49 @@ def run_fuzz(examples: int, chunk: int, timeout_s: float, workdir: Path) -> Fuzz
     ok = True
     notes = []
     for n, size in enumerate(rounds, 1):
-        log_path = workdir / f"fuzz-{n}.log"
-        print(f"fuzz round {n}/{len(rounds)}: TOOLMETER_FUZZ_EXAMPLES={size:,}; log {log_path}", flush=True)
-        code, text, peak, hung = _fuzz_round(size, timeout_s, log_path, t0)
-        for line in text.splitlines():
-            if m := _STATS_HEAD.match(line.strip()):
-                name = m.group(1).split("::", 1)[1]
-                current = totals.setdefault(name, PropertyRun(name))
-            elif totals and (m := _STATS_PHASE.search(line)):
-                current.seconds += float(m.group(2))
-            elif totals and (m := _STATS_CASES.search(line)):
-                current.cases += sum(int(g) for g in m.groups())
-        summary = next((ln.strip("= ") for ln in reversed(text.splitlines()) if " in " in ln and "=" in ln), "")
-        if code != 0:
+        for attempt in (1, 2):
+            log_path = workdir / f"fuzz-{n}-{attempt}.log"
+            print(f"fuzz round {n}/{len(rounds)}: TOOLMETER_FUZZ_EXAMPLES={size:,}; log {log_path}", flush=True)
+            code, text, peak, hung = _fuzz_round(size, timeout_s, log_path, t0)
+            summary = next((ln.strip("= ") for ln in reversed(text.splitlines()) if " in " in ln and "=" in ln), "")
+            if code == 0:
+                notes.append(f"round {n}: {summary} (peak RSS {peak / 1e6:,.0f} MB)")
+                _add_statistics(text, totals)
+                print(f"  {notes[-1]}; {sum(r.cases for r in totals.values()):,} cases so far", flush=True)
+                break
+            if hung:
+                why = f"killed after {timeout_s:,.0f} s (hung?)"
+            elif code < 0:
+                why = f"killed by {signal.Signals(-code).name}"
+            else:
+                why = f"exit code {code}"
+            note = f"round {n}: pytest {why} (peak RSS {peak / 1e6:,.0f} MB): {summary or 'no summary'}; log {log_path}"
+            if attempt == 1 and not hung and -code in _OUTSIDE_SIGNALS:
+                notes.append(note + "; not sent by this script: round run again")
+                print(f"  {notes[-1]}", flush=True)
+                continue
+            notes.append(note)
+            _add_statistics(text, totals)
             ok = False
-            why = f"killed after {timeout_s:,.0f} s (hung?)" if hung else f"exit code {code}"
-            why = f"killed by signal {-code}" if code < 0 and not hung else why
-            notes.append(
-                f"round {n}: pytest {why} (peak RSS {peak / 1e6:,.0f} MB): {summary or 'no summary'}; log {log_path}"
-            )
             break
-        notes.append(f"round {n}: {summary} (peak RSS {peak / 1e6:,.0f} MB)")
+        if not ok:
+            break
     seconds = time.monotonic() - t0
     per_test = list(totals.values())
     return FuzzResult(ok, sum(r.cases for r in per_test), seconds, per_test, notes)
+
+
+def _add_statistics(text: str, totals: dict[str, PropertyRun]) -> None:
+    """Add the cases and seconds of hypothesis' statistics in a pytest log to ``totals``."""
+    current: PropertyRun | None = None
+    for line in text.splitlines():
+        if m := _STATS_HEAD.match(line.strip()):
+            name = m.group(1).split("::", 1)[1]
+            current = totals.setdefault(name, PropertyRun(name))
+        elif current is not None and (m := _STATS_PHASE.search(line)):
+            current.seconds += float(m.group(2))
+        elif current is not None and (m := _STATS_CASES.search(line)):
+            current.cases += sum(int(g) for g in m.groups())
 
 
 # --- part 2: a steady stream into a receiver killed with -9 -------------------------------------
@@ -472,9 +499,10 @@ def main() -> int:
             fz = run_fuzz(args.examples, args.chunk, args.fuzz_timeout, workdir)
             ok &= fz.ok
             print("\nfuzz properties:")
-            print(f"  {'property':<70} {'cases':>9} {'seconds':>9}")
+            width = max([len(r.name) for r in fz.per_test] + [8])
+            print(f"  {'property':<{width}} {'cases':>9} {'seconds':>9}")
             for r in fz.per_test:
-                print(f"  {r.name:<70} {r.cases:>9,} {r.seconds:>9.1f}")
+                print(f"  {r.name:<{width}} {r.cases:>9,} {r.seconds:>9.1f}")
             rows.append(("fuzz", "ok" if fz.ok else "FAILED",
                          f"{fz.cases:,} cases in {fz.seconds:,.0f} s"))  # fmt: skip
             rows += [("", "", note) for note in fz.notes]
