@@ -93,6 +93,9 @@ GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
 GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
 GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
+GEN_AI_OUTPUT: Final = "gen_ai.output"
+"""A tool's (or agent's) output where ``gen_ai.output.type`` says what it is (other projects'
+published traces use it on tool spans)."""
 GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
 GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
 GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
@@ -105,15 +108,20 @@ GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
 EXECUTE_TOOL: Final = "execute_tool"
 INVOKE_AGENT: Final = "invoke_agent"
 """``gen_ai.operation.name`` (and span-name prefix) of an agent invocation span: never a tool or model call."""
-LLM_OPERATIONS: Final = frozenset({"chat", "text_completion", "generate_content"})
+LLM_OPERATIONS: Final = frozenset({"chat", "text_completion", "generate_content", "call_llm"})
 """``gen_ai.operation.name`` values that are model calls."""
 
 # --- OpenInference ------------------------------------------------------------------
 
 OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
 OI_TOOL_NAME: Final = "tool.name"
+OI_TOOL_ID: Final = "tool.id"
+"""OpenInference's tool call id on a TOOL span (``ToolCallAttributes``)."""
+OI_TOOL_CALL_ID: Final = "tool_call.id"
 OI_INPUT_VALUE: Final = "input.value"
 OI_OUTPUT_VALUE: Final = "output.value"
+OI_OUTPUT_MIME_TYPE: Final = "output.mime_type"
+"""``text/plain`` (the value is the text) or ``application/json`` (the value is JSON)."""
 OI_LLM_MODEL_NAME: Final = "llm.model_name"
 OI_LLM_TOKEN_COUNT_PROMPT: Final = "llm.token_count.prompt"
 OI_LLM_TOKEN_COUNT_COMPLETION: Final = "llm.token_count.completion"
@@ -245,6 +253,18 @@ CC_CACHE_READ_TOKENS: Final = "cache_read_tokens"
 CC_CACHE_CREATION_TOKENS: Final = "cache_creation_tokens"
 CC_REQUEST_ID: Final = "request_id"
 CC_CLIENT_REQUEST_ID: Final = "client_request_id"
+
+# --- Google ADK (google/adk ``telemetry``) --------------------------------------------
+ADK_TOOL_RESPONSE: Final = "gcp.vertex.agent.tool_response"
+"""JSON of the tool's function response; ADK wraps a non-dict return as ``{"result": ...}``."""
+ADK_TOOL_CALL_ARGS: Final = "gcp.vertex.agent.tool_call_args"
+ADK_LLM_REQUEST: Final = "gcp.vertex.agent.llm_request"
+"""JSON of the model request (``contents`` with ``function_response`` parts: the view)."""
+
+# --- Claude Code tracing spans -------------------------------------------------------
+CC_TOOL_SPAN: Final = "claude_code.tool"
+CC_RESULT_TOKENS: Final = "result_tokens"
+"""Claude Code's own estimate of the result's tokens: stored as reported, marked approximate."""
 
 # --- Resource ----------------------------------------------------------------------
 

@@ -202,6 +202,7 @@ def tool_call_from_log(log: LogData) -> tuple[ToolCall | None, list[Issue]]:
     start_ns = end_ns - round(duration * 1_000_000) if duration is not None else end_ns
     issues = r.finish()
     call = ToolCall(
+        origin="log",
         trace_id=r.trace_id,
         span_id=r.span_id,
         parent_span_id=str(log.span_id).lower() if _given_id(log.span_id) else None,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 from collector import attributes as A
 from collector.measure import MAX_INT64, parse_ranges, without_surrogates
 from collector.model import Issue, LlmCall, ToolCall
+from collector.wrappers import unwrap
 
 TOOL = "tool"
 LLM = "llm"
@@ -45,6 +47,8 @@ _TOOL_NAME_KEYS = (
 _RAW_KEYS = (
     A.RAW,
     A.GEN_AI_TOOL_CALL_RESULT,
+    A.GEN_AI_OUTPUT,
+    A.ADK_TOOL_RESPONSE,
     A.OI_OUTPUT_VALUE,
     A.TRACELOOP_ENTITY_OUTPUT,
     A.LANGFUSE_OBSERVATION_OUTPUT,
@@ -56,6 +60,7 @@ RESULT_KEYS: tuple[str, ...] = _RAW_KEYS
 """Every attribute that can carry a tool's raw result, in precedence order (for sizing queues)."""
 _ARGS_KEYS = (
     A.GEN_AI_TOOL_CALL_ARGUMENTS,
+    A.ADK_TOOL_CALL_ARGS,
     A.OI_INPUT_VALUE,
     A.TRACELOOP_ENTITY_INPUT,
     A.LANGFUSE_OBSERVATION_INPUT,
@@ -63,7 +68,7 @@ _ARGS_KEYS = (
     A.AI_TOOL_CALL_ARGS,
     A.PYDANTIC_TOOL_ARGUMENTS,
 )
-_CALL_ID_KEYS = (A.TOOL_CALL_ID, A.GEN_AI_TOOL_CALL_ID, A.AI_TOOL_CALL_ID)
+_CALL_ID_KEYS = (A.TOOL_CALL_ID, A.GEN_AI_TOOL_CALL_ID, A.AI_TOOL_CALL_ID, A.OI_TOOL_ID, A.OI_TOOL_CALL_ID)
 _MODEL_KEYS = (
     A.GEN_AI_RESPONSE_MODEL,
     A.GEN_AI_REQUEST_MODEL,
@@ -89,10 +94,31 @@ _OUTPUT_TOKEN_KEYS = (
     A.AI_USAGE_OUTPUT_TOKENS,
     A.AI_USAGE_COMPLETION_TOKENS,
 )
+_STRINGS_AS_GIVEN_KEYS = frozenset({A.RAW, A.LANGFUSE_OBSERVATION_OUTPUT, A.PYDANTIC_TOOL_RESPONSE})
+"""Result keys whose owners record a string result as it is (never JSON-encoded)."""
 _JSON_ENCODED_KEYS = frozenset({A.MLFLOW_SPAN_OUTPUTS, A.AI_TOOL_CALL_RESULT, A.MLFLOW_LLM_MODEL})
 """Keys whose value is the JSON encoding of the real value (see :func:`json_encoded_text`)."""
 _EXECUTE_TOOL_PREFIX = "execute_tool "
 _INVOKE_AGENT_PREFIX = "invoke_agent"
+_TOOL_SPAN_NAMES = (
+    re.compile(r"^execute_tool (?P<name>.+)$"),
+    re.compile(r"^running tool:? (?P<name>.+)$"),
+    re.compile(r"^tool[.:] ?(?P<name>[^\s].*)$"),
+    re.compile(r"^(?P<name>[^\s]+)\.tool$"),
+    re.compile(r"^(?P<name>mcp__[^\s]+__[^\s]+)$"),
+)
+"""Span names that carry the tool's name (when no attribute does)."""
+
+
+def name_from_span_name(name: str) -> str | None:
+    """The tool name a span name spells (``execute_tool X``, ``running tool: X``, ``tool.X``, ``X.tool``,
+    ``mcp__server__tool``), or None."""
+    for pattern in _TOOL_SPAN_NAMES:
+        m = pattern.match(name)
+        if m:
+            return m.group("name").strip() or None
+    return None
+
 
 # dialect-specific kinds: value -> TOOL / LLM; any other value (agent, chain, ...) -> None
 _LANGFUSE_KINDS = {A.LANGFUSE_TOOL: TOOL, A.LANGFUSE_GENERATION: LLM}
@@ -146,6 +172,10 @@ def classify(name: str, attrs: Mapping[str, Any] | None) -> str | None:
             return TOOL
         return LLM if isinstance(op, str) and op in A.LLM_OPERATIONS else None
     if A.TOOL_NAME in attrs:
+        return TOOL
+    if A.GEN_AI_TOOL_NAME in attrs and (A.GEN_AI_TOOL_CALL_ID in attrs or name.startswith("tool.")):
+        return TOOL  # "tool.X" spans with the GenAI keys but no operation name
+    if name == A.CC_TOOL_SPAN:
         return TOOL
     oi = attrs.get(A.OPENINFERENCE_SPAN_KIND)
     if oi is not None:
@@ -314,8 +344,10 @@ def extract_tool_call(
     r = _Reader(span)
     dialect = _dialect(span.name, attrs)
     _, name = _first(attrs, _TOOL_NAME_KEYS)
-    if name is None and span.name.startswith(_EXECUTE_TOOL_PREFIX):
-        name = span.name[len(_EXECUTE_TOOL_PREFIX) :].strip() or None
+    if name is None and span.name == A.CC_TOOL_SPAN:
+        name = attrs.get(A.CC_TOOL_NAME)
+    if name is None:
+        name = name_from_span_name(span.name)
     if name is None and dialect in ("langfuse", "mlflow"):
         # neither has a tool-name attribute: the observation / traced function is the span name
         name = span.name.strip() or None
@@ -323,12 +355,15 @@ def extract_tool_call(
         r.issue(
             A.GEN_AI_TOOL_NAME,
             "tool span has no tool name (looked for toolmeter.tool.name, gen_ai.tool.name, tool.name, "
-            "traceloop.entity.name, ai.toolCall.name and an 'execute_tool NAME' span name); recorded as "
+            "traceloop.entity.name, ai.toolCall.name and span names such as 'execute_tool NAME'); recorded as "
             "'(unnamed)'. Set gen_ai.tool.name on the span.",
         )
         name = "(unnamed)"
     raw_key = None
     raw_attr: Any = None
+    wrapper: str | None = None
+    wrapped: str | bytes | None = None
+    wrapped_call_id: str | None = None
     if raw is None:
         raw_key, raw_attr = _first(attrs, _RAW_KEYS, allow_empty=True)  # "" is a result: 0 bytes
         if raw_attr is not None and raw_key in _JSON_ENCODED_KEYS:
@@ -339,13 +374,34 @@ def extract_tool_call(
                     "is not valid JSON (this dialect JSON-encodes results; was it cut by an attribute length "
                     "limit?); measured as given",
                 )
+            elif isinstance(raw_attr, str) and raw_attr.lstrip().startswith('"'):
+                wrapper, wrapped = "json_string", raw_attr
+            else:  # a JSON object or list: it may hold a framework's envelope
+                opened = unwrap(raw, raw_key)
+                if opened.wrapper is not None:
+                    raw, wrapper, wrapped, wrapped_call_id = opened.text, opened.wrapper, raw, opened.call_id
         elif raw_attr is not None:
-            raw = _as_payload(raw_attr)
+            json_strings = raw_key not in _STRINGS_AS_GIVEN_KEYS and (
+                raw_key != A.OI_OUTPUT_VALUE or attrs.get(A.OI_OUTPUT_MIME_TYPE) == "application/json"
+            )
+            opened = unwrap(raw_attr, raw_key, json_strings)
+            raw = opened.text
+            if opened.wrapper is not None:
+                wrapper, wrapped, wrapped_call_id = opened.wrapper, _as_payload(raw_attr), opened.call_id
+            elif opened.problem:
+                r.issue(raw_key, f"{opened.problem}; measured as given, wrapper included")
     if view is None and attrs.get(A.VIEW) is not None:
         view = _as_payload(attrs[A.VIEW])
     _, args = _first(attrs, _ARGS_KEYS)
     _, call_id = _first(attrs, _CALL_ID_KEYS)
+    if call_id is None:
+        call_id = wrapped_call_id or (attrs.get(A.CC_TOOL_USE_ID) if span.name == A.CC_TOOL_SPAN else None)
     raw_bytes = r.int_attr(A.RAW_BYTES)
+    raw_tokens_approximate = False
+    raw_tokens_declared = r.int_attr(A.RAW_TOKENS)
+    if raw_tokens_declared is None and span.name == A.CC_TOOL_SPAN:
+        raw_tokens_declared = r.int_attr(A.CC_RESULT_TOKENS)
+        raw_tokens_approximate = raw_tokens_declared is not None
     warnings: list[str] = []
     limit = attribute_value_limit()
     if raw_key and isinstance(raw_attr, str) and limit and len(raw_attr) == limit and raw_bytes is None:
@@ -370,9 +426,17 @@ def extract_tool_call(
         r.issue(A.SHAPE, f"must be one of {', '.join(A.SHAPES)}, got {shape!r}; the shape will be inferred")
         shape = None
     texts = _Texts()
+    span_id = span.span_id
+    if span.name == A.CC_TOOL_SPAN and call_id is not None:
+        # the same key as the call's claude_code.tool_result log event: one row, whichever comes first
+        from collector.claude_code import synthetic_span_id
+
+        span_id = synthetic_span_id("tool_use", str(call_id))
+        if raw_bytes is None:
+            raw_bytes = r.int_attr(A.CC_TOOL_RESULT_SIZE_BYTES)
     call = ToolCall(
         trace_id=span.trace_id,
-        span_id=span.span_id,
+        span_id=span_id,
         parent_span_id=span.parent_span_id,
         tool_name=texts.get(name) or "(unnamed)",
         dialect=dialect,
@@ -388,7 +452,10 @@ def extract_tool_call(
         view=view,
         raw_bytes_declared=raw_bytes,
         view_bytes_declared=r.int_attr(A.VIEW_BYTES),
-        raw_tokens_declared=r.int_attr(A.RAW_TOKENS),
+        raw_tokens_declared=raw_tokens_declared,
+        raw_tokens_approximate=raw_tokens_approximate,
+        raw_wrapper=wrapper,
+        wrapped=wrapped if raw is not None and wrapper is not None else None,
         view_tokens_declared=r.int_attr(A.VIEW_TOKENS),
         budget_tokens=r.int_attr(A.BUDGET_TOKENS),
         truncated=r.bool_attr(A.TRUNCATED),

@@ -46,8 +46,11 @@ MAX_SCHEMA_NODES = 2_000_000
 MAX_INT64 = 2**63 - 1
 """Largest byte offset or count the store holds (its integer columns are signed 64-bit)."""
 
-MAX_STORED_RANGES = 256
-"""Retained ranges kept per call; the omitted count still covers all of them."""
+_DECLARED_MARKERS = (
+    re.compile(rb"\.\.\. \[truncated: [\d,]+ chars removed\] \.\.\."),  # Strands' head/tail cut
+)
+"""Explicit truncation notes that frameworks write into the view: a view carrying one was cut
+by its framework, which is read as declared truncation."""
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,11 @@ def _best_occurrence(raw: bytes, view: bytes, v: int, cursor: int) -> tuple[int,
 
 
 def infer_retained(raw: bytes, view: bytes) -> Retention:
-    """Locate the view's pieces in the raw and return them as merged byte ranges.
+    """Locate the view's pieces in the raw and return them as byte ranges of the raw, in view order.
+
+    Each range is contiguous in both the raw and the view: two pieces that touch in the raw but
+    have text between them in the view (a separator, a note) stay two ranges, so every range
+    names bytes the model read in one run. ``retained_bytes`` counts the raw bytes covered once.
 
     Greedy: from each position of the view, take the longest run that also occurs in
     the raw (searching forward from the last match first, then from the start), keep
@@ -157,6 +164,7 @@ def infer_retained(raw: bytes, view: bytes) -> Retention:
     cursor = 0
     failed = 0
     copied = 0
+    last_v_end = -1
     n_view = len(view)
     while v + MIN_MATCH <= n_view and failed < MAX_FAILED_SEARCHES:
         if pieces and raw[cursor : cursor + MIN_MATCH] == view[v : v + MIN_MATCH]:  # the view goes on
@@ -168,12 +176,16 @@ def infer_retained(raw: bytes, view: bytes) -> Retention:
             nl = view.find(b"\n", v, v + MIN_MATCH * 8)
             v = nl + 1 if nl != -1 else v + MIN_MATCH
             continue
-        pieces.append((p, p + length))
+        if pieces and pieces[-1][1] == p and last_v_end == v:
+            pieces[-1] = (pieces[-1][0], p + length)  # contiguous in both the raw and the view
+        else:
+            pieces.append((p, p + length))
         copied += length
         v += length
+        last_v_end = v
         cursor = p + length
-    ranges = merge_ranges(pieces)
-    return Retention(tuple(ranges), sum(e - s for s, e in ranges), copied)
+    union = merge_ranges(pieces)
+    return Retention(tuple(pieces), sum(e - s for s, e in union), copied)
 
 
 def merge_ranges(ranges: list[Range] | tuple[Range, ...]) -> list[Range]:
@@ -448,6 +460,16 @@ def measure(call: ToolCall, counter: TokenCounter) -> tuple[dict[str, Any], dict
         raw_tokens, raw_exact = counted.tokens, counted.exact
     else:
         raw_tokens = call.raw_tokens_declared
+        if raw_tokens is not None and call.raw_tokens_approximate:
+            raw_exact = False
+            warnings.append("raw tokens are the figure the source reported (its own estimate), not a tiktoken count")
+    wrapper_bytes: int | None = None
+    wrapper_tokens: int | None = None
+    if call.raw_wrapper is not None and call.wrapped is not None and raw_data is not None and raw_tokens is not None:
+        wrapped_text, wrapped_data, _ = to_text(call.wrapped, "wrapped result")
+        wrapper_bytes = len(wrapped_data) - len(raw_data)
+        wrapper_tokens = counter.count(wrapped_text).tokens - raw_tokens
+        del wrapped_text, wrapped_data
 
     # view: what the model was shown
     view_source = call.view_origin or "view"
@@ -476,6 +498,11 @@ def measure(call: ToolCall, counter: TokenCounter) -> tuple[dict[str, Any], dict
     # truncation and retained ranges
     truncated = call.truncated
     truncation_source: str | None = str(Source.DECLARED) if truncated is not None else None
+    if truncated is None and view_data is not None and b"truncated" in view_data:
+        marker = next((m for m in _DECLARED_MARKERS if m.search(view_data)), None)
+        if marker is not None:
+            truncated, truncation_source = True, str(Source.DECLARED)
+            warnings.append("the view carries its framework's truncation note: read as declared truncation")
     retained: list[Range] | None = None
     retained_source: str | None = None
     kind: str | None = None
@@ -508,15 +535,15 @@ def measure(call: ToolCall, counter: TokenCounter) -> tuple[dict[str, Any], dict
         kind = truncation_kind(retained, raw_bytes, from_raw_share)
     elif truncated:
         kind = "rewritten" if view_data is not None else "unknown"
-    retained_bytes = sum(e - s for s, e in retained) if retained is not None else None
+    retained_bytes = sum(e - s for s, e in merge_ranges(retained)) if retained is not None else None
     omitted_bytes = (
         raw_bytes - retained_bytes
         if truncated and retained_bytes is not None and raw_bytes is not None and kind != "rewritten"
         else (raw_bytes - view_bytes if truncated and raw_bytes is not None and view_bytes is not None else None)
     )
-    if retained is not None and len(retained) > MAX_STORED_RANGES:
-        warnings.append(f"{len(retained)} retained ranges; the first {MAX_STORED_RANGES} are stored")
-        retained = retained[:MAX_STORED_RANGES]
+    coverage = None
+    if retained is not None and view_bytes:
+        coverage = min(sum(e - s for s, e in retained) / view_bytes, 1.0)
 
     # shape and schema
     shape = call.shape
@@ -573,6 +600,7 @@ def measure(call: ToolCall, counter: TokenCounter) -> tuple[dict[str, Any], dict
         "retained_ranges": [list(r) for r in retained] if retained is not None else None,
         "retained_source": retained_source,
         "retained_bytes": retained_bytes,
+        "retained_coverage": coverage,
         "omitted_bytes": omitted_bytes,
         "shape": shape,
         "shape_source": shape_source,
@@ -580,5 +608,10 @@ def measure(call: ToolCall, counter: TokenCounter) -> tuple[dict[str, Any], dict
         "schema_fields": fields,
         "arguments": call.arguments,
         "warnings": warnings,
+        "raw_wrapper": call.raw_wrapper if wrapper_bytes is not None else None,
+        "wrapper_bytes": wrapper_bytes,
+        "wrapper_tokens": wrapper_tokens,
+        "view_join": call.view_join,
+        "origin": call.origin,
     }
     return row, payloads

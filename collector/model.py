@@ -50,6 +50,12 @@ class ToolCall:
     raw_bytes_declared: int | None = None
     view_bytes_declared: int | None = None
     raw_tokens_declared: int | None = None
+    raw_tokens_approximate: bool = False
+    """The declared raw tokens are the source's estimate (Claude Code's ``result_tokens``), not a count."""
+    raw_wrapper: str | None = None
+    """The framework envelope removed from the result (:mod:`collector.wrappers`), if any."""
+    wrapped: str | bytes | None = None
+    """The result as the span carried it, envelope included (to measure the envelope's overhead)."""
     view_tokens_declared: int | None = None
     budget_tokens: int | None = None
     truncated: bool | None = None
@@ -58,6 +64,12 @@ class ToolCall:
     source: str = "process"
     view_origin: str | None = None
     """Where ``view`` came from when not from the tool itself: ``"message"`` (an LLM call's input)."""
+    view_join: str | None = None
+    """How a message view was matched to this call: ``call_id``, or ``order_content`` (the next
+    LLM call's tool response for this tool, in order, confirmed by its content)."""
+    origin: str = "span"
+    """What recorded the call: ``span`` (a tool span), ``log`` (a log event), ``messages`` (derived
+    from an assistant tool call and the tool message after it, no tool span existing)."""
     warnings: tuple[str, ...] = field(default=())
 
 

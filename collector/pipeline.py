@@ -46,6 +46,8 @@ class Counters:
     duplicates: int = 0
     refused: int = 0
     """Requests a receiver answered 503 because its queue was full (the client retries)."""
+    metric_requests: int = 0
+    """OTLP metrics requests a receiver answered and discarded (``/v1/metrics``)."""
 
 
 LOG = "log"
@@ -128,7 +130,7 @@ class Pipeline:
                     if call.view is None and call.tool_call_id is not None:
                         text = seen_views.get((call.trace_id, call.tool_call_id))
                         if text is not None:  # the model's input in this batch says what it saw
-                            call = replace(call, view=text, view_origin="message")
+                            call = replace(call, view=text, view_origin="message", view_join="call_id")
                     row, payloads = measure(call, self.counter)
                     self._store_payloads(row, payloads, batch)
                     batch.tool_rows.append(row)
@@ -241,7 +243,7 @@ class Pipeline:
                 tool_name=old["tool_name"], dialect=old["dialect"], start_ns=old["start_ns"], end_ns=old["end_ns"],
                 tool_call_id=old["tool_call_id"], service_name=old["service_name"], agent_name=old["agent_name"],
                 status=old["status"], error=old["error"], arguments=old["arguments"], raw=raw, view=view,
-                view_origin="message",
+                view_origin="message", view_join="call_id", origin=old["origin"] or "span",
                 raw_bytes_declared=old["raw_bytes"] if raw is None else None,
                 raw_tokens_declared=old["raw_tokens"] if raw is None else None,
                 view_bytes_declared=old["message_bytes"] if view is None else None,
@@ -256,7 +258,8 @@ class Pipeline:
             row, payloads = measure(call, self.counter)
             # raw figures were measured on the original; the stored raw is redacted
             for column in ("raw_bytes", "raw_tokens", "raw_tokens_exact", "over_budget", "schema_fingerprint",
-                           "schema_fields", "shape", "shape_source"):  # fmt: skip
+                           "schema_fields", "shape", "shape_source", "raw_wrapper", "wrapper_bytes",
+                           "wrapper_tokens"):  # fmt: skip
                 row[column] = old[column]
             # the same redaction as any payload; the raw is already stored (and redacted)
             self._store_payloads(row, {k: v for k, v in payloads.items() if k == "view"}, late)

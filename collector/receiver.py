@@ -349,9 +349,29 @@ def make_app(receiver: Receiver) -> web.Application:
                           **{"Retry-After": str(RETRY_AFTER_S * 5)})  # fmt: skip
         return _ok(request.path, decoded, ct)
 
+    async def metrics(request: web.Request) -> web.Response:
+        """OTLP metrics are answered and counted, then discarded: toolmeter measures tool results,
+        and exporters that share the endpoint (MLflow's, the Node SDK's) would otherwise log an
+        error every interval."""
+        ct = (request.content_type or "").lower()
+        if rc.token is not None and request.headers.get("Authorization") != f"Bearer {rc.token}":
+            return _error(401, code_pb2.UNAUTHENTICATED, "missing or wrong bearer token (Authorization: Bearer ...)",
+                          ct, **{"WWW-Authenticate": "Bearer"})  # fmt: skip
+        if ct not in (PROTOBUF, JSON):
+            return _error(415, code_pb2.INVALID_ARGUMENT,
+                          f"unsupported content type {ct or '(none)'!r}: send application/x-protobuf or application/json",
+                          ct)  # fmt: skip
+        await request.read()
+        with receiver.pipeline.lock:
+            receiver.pipeline.counters.metric_requests += 1
+        if ct == PROTOBUF:
+            return web.Response(body=b"", content_type=PROTOBUF)  # an empty ExportMetricsServiceResponse
+        return web.Response(text="{}", content_type=JSON)
+
     app = web.Application(client_max_size=limit)
     app.router.add_post("/v1/traces", handle)
     app.router.add_post("/v1/logs", handle)
+    app.router.add_post("/v1/metrics", metrics)
     return app
 
 

@@ -46,8 +46,20 @@ CREATE TABLE IF NOT EXISTS tool_calls (
     redactions          INTEGER,            -- secrets masked in the stored payloads and arguments
     later_llm_calls     BIGINT,             -- LLM calls of the trace that started after this call ended
                                             -- (kept up to date at every write; window cost = view_tokens x this)
+    retained_coverage   DOUBLE,             -- bytes of the view that are retained raw bytes / view bytes
+    raw_wrapper         VARCHAR,            -- framework envelope removed from the result (collector/wrappers.py)
+    wrapper_bytes       BIGINT,             -- bytes the envelope added around the raw result
+    wrapper_tokens      BIGINT,             -- tokens the envelope added
+    view_join           VARCHAR,            -- how a message view was matched: call_id | order_content
+    origin              VARCHAR,            -- span | log | messages (derived from an LLM call's input)
     PRIMARY KEY (trace_id, span_id)
 );
+ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS retained_coverage DOUBLE;
+ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS raw_wrapper VARCHAR;
+ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS wrapper_bytes BIGINT;
+ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS wrapper_tokens BIGINT;
+ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS view_join VARCHAR;
+ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS origin VARCHAR;
 
 -- One row per model call, kept lightly for window cost and replay.
 CREATE TABLE IF NOT EXISTS llm_calls (
@@ -99,8 +111,10 @@ CREATE TABLE IF NOT EXISTS collector_stats (
     dropped             BIGINT,   -- refused because the queue was full
     failed              BIGINT,   -- could not be read or measured (see ingest_issues)
     duplicates          BIGINT,   -- already in the store (same trace and span id)
-    refused             BIGINT    -- receiver requests answered 503, queue full (clients retry)
+    refused             BIGINT,   -- receiver requests answered 503, queue full (clients retry)
+    metric_requests     BIGINT    -- OTLP /v1/metrics requests answered and discarded
 );
+ALTER TABLE collector_stats ADD COLUMN IF NOT EXISTS metric_requests BIGINT;
 
 -- Problems met while reading spans: which source, which span, which field, what to do.
 CREATE TABLE IF NOT EXISTS ingest_issues (

@@ -91,6 +91,12 @@ _TOOL_SCHEMA = pa.schema(
         ("arguments", pa.string()),
         ("warnings", pa.list_(pa.string())),
         ("redactions", pa.int32()),
+        ("retained_coverage", pa.float64()),
+        ("raw_wrapper", pa.string()),
+        ("wrapper_bytes", pa.int64()),
+        ("wrapper_tokens", pa.int64()),
+        ("view_join", pa.string()),
+        ("origin", pa.string()),
     ]
 )
 _LLM_SCHEMA = pa.schema(

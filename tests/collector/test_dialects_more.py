@@ -295,11 +295,17 @@ def test_only_the_tool_span_of_an_agent_tree_is_a_tool_call() -> None:
     assert [classify(n, a) for n, a in tree] == [None, TOOL, LLM]
 
 
-def test_claude_code_beta_tool_spans_are_left_to_the_log_events() -> None:
-    # claude_code.tool spans (monitoring docs, "Span attributes") would double the tool_result events
+def test_claude_code_tool_spans_share_the_log_events_key() -> None:
+    # claude_code.tool spans (monitoring docs, "Span attributes"): recorded, under the same key as the
+    # call's tool_result log event so the two are one row; result_tokens is Claude Code's estimate
+    from collector.claude_code import synthetic_span_id
+
     attrs = {"span.type": "claude_code.tool", "tool_name": "Read", "tool_use_id": "toolu_1",
-             "gen_ai.tool.call.id": "toolu_1", "duration_ms": 12, "result_tokens": 300}  # fmt: skip
-    assert classify("claude_code.tool", attrs) is None
+             "duration_ms": 12, "result_tokens": 300}  # fmt: skip
+    assert classify("claude_code.tool", attrs) == TOOL
+    call, _ = extract_tool_call(span("claude_code.tool", attrs))
+    assert (call.tool_name, call.tool_call_id, call.raw_tokens_declared) == ("Read", "toolu_1", 300)
+    assert call.raw_tokens_approximate and call.span_id == synthetic_span_id("tool_use", "toolu_1")
     llm = {"span.type": "claude_code.llm_request", "model": "claude-sonnet-4-5", "gen_ai.system": "anthropic",
            "gen_ai.request.model": "claude-sonnet-4-5", "input_tokens": 10, "output_tokens": 5}  # fmt: skip
     assert classify("claude_code.llm_request", llm) is None

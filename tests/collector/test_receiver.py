@@ -264,3 +264,24 @@ def test_a_span_with_a_100_mb_attribute(serve, db_path: str) -> None:  # type: i
     with read_connection(db_path) as con:
         rows = con.execute("SELECT raw_bytes, raw_tokens_exact FROM tool_calls ORDER BY raw_bytes").fetchall()
     assert rows == [(15, True), (100_000_000, True)]
+
+
+def test_metrics_are_answered_counted_and_discarded(serve, db_path: str) -> None:  # type: ignore[no-untyped-def]
+    # the real OTLP/HTTP metric exporter, as MLflow's or an SDK's would send to the same endpoint
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    r = serve()
+    exporter = OTLPMetricExporter(endpoint=f"{r.url}/v1/metrics")
+    reader = PeriodicExportingMetricReader(exporter, export_interval_millis=60_000)
+    provider = MeterProvider(metric_readers=[reader])
+    provider.get_meter("agent").create_counter("requests").add(3)
+    provider.force_flush()
+    provider.shutdown()
+    req = urllib.request.Request(f"{r.url}/v1/metrics", data=b"{}", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status == 200
+    assert r.receiver.pipeline.counters.metric_requests >= 2  # flush, shutdown (may export again), ours
+    with read_connection(db_path) as con:  # nothing of them is stored
+        assert con.execute("SELECT count(*) FROM tool_calls").fetchone() == (0,)

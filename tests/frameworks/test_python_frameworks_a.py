@@ -1,0 +1,56 @@
+"""Pydantic AI and LangGraph (OpenInference, OpenLLMetry) agents, each exporting OTLP to toolmeter.
+
+Every run: the fake model asks for the three tools in one message, gets their results, answers;
+two model requests, one row per tool call expected.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.frameworks.expect import check_run, llm_count, tool_rows
+
+pytestmark = pytest.mark.frameworks
+
+
+def test_pydantic_ai(run_framework, counter):  # type: ignore[no-untyped-def]
+    """Built-in instrumentation, default data format (version 5): gen_ai.tool.call.result, gen_ai.input.messages."""
+    run = run_framework("fw-pydantic-ai", "pydantic_ai_agent.py", name="pydantic_ai")
+    assert run.extra["instrumentation_version"] == 5
+    rows = check_run(run, counter, raw=True, view=True)
+    assert all(r["tool_call_id"] for r in rows)
+    assert llm_count(run.db) == len(run.model_requests) == 2
+
+
+def test_langgraph_openinference(run_framework, counter):  # type: ignore[no-untyped-def]
+    """OpenInference: TOOL spans' output.value is the ToolMessage as JSON; llm.input_messages.* on the LLM span."""
+    run = run_framework("fw-langgraph-openinference", "langgraph_openinference.py", name="langgraph_openinference")
+    rows = check_run(run, counter, raw=True, view=True)
+    assert all(r["tool_call_id"] for r in rows)
+    # the LangGraph 'model' CHAIN spans repeat llm.input_messages.* but are not counted as model calls
+    assert llm_count(run.db) == len(run.model_requests) == 2
+
+
+def test_langgraph_traceloop(run_framework, counter):  # type: ignore[no-untyped-def]
+    """OpenLLMetry, span attributes (default use_attributes=True): gen_ai.tool.call.result, gen_ai.input.messages."""
+    run = run_framework("fw-langgraph-traceloop", "langgraph_traceloop.py", name="langgraph_traceloop")
+    # gen_ai.tool.call.result is LangChain's constructor form {"output": {"lc": 1, ..., "kwargs": {"content",
+    # "tool_call_id"}}, "kwargs": {...}}: unwrapped, its call id read from inside it, so the view joins
+    rows = check_run(run, counter, raw=True, view=True)
+    assert {r["view_source"] for r in rows} == {"message"}
+    assert llm_count(run.db) == len(run.model_requests) == 2
+
+
+def test_langgraph_traceloop_events(run_framework, counter):  # type: ignore[no-untyped-def]
+    """OpenLLMetry with use_attributes=False: prompts/completions as OTLP log records, none on the tool spans."""
+    run = run_framework("fw-langgraph-traceloop", "langgraph_traceloop.py", name="langgraph_traceloop_events",
+                        env={"TOOLMETER_TRACELOOP_MODE": "events"})  # fmt: skip
+    assert len(tool_rows(run.db)) == 3
+    # GAP: raw: "search_orders: raw_tokens None != tiktoken 34452 (raw_bytes None vs 100365); warnings []" (all three):
+    #   the execute_tool spans carry no arguments/result in this mode; the result is only in the log record
+    #   event_name "gen_ai.tool.message", body {"content": <result>} (no call id, no tool name), span_id = the
+    #   'execute_task model' span of the NEXT model call (events not read).
+    # GAP: view: "search_orders: view not joined (view_source raw); warnings []" (all three): no call id on the
+    #   tool spans, no gen_ai.input.messages on the chat spans (input messages are the log records).
+    check_run(run, counter, raw=False, view=False)
+    assert llm_count(run.db) == len(run.model_requests) == 2
