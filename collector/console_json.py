@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from collector.dialects import SpanData
+from collector.dialects import SpanData, gen_ai_events
 from collector.model import Issue
 
 _STATUS = {"UNSET": "unset", "OK": "ok", "ERROR": "error"}
@@ -130,6 +130,9 @@ def _span(obj: Any, source: str) -> SpanData:
         status_code=_STATUS.get(code, "unset"),
         status_message=status.get("description") or None,
         source=source,
+        events=gen_ai_events(
+            (e.get("name"), e.get("attributes") or {}) for e in obj.get("events") or [] if isinstance(e, dict)
+        ),
     )
 
 

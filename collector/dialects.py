@@ -100,6 +100,7 @@ _JSON_ENCODED_KEYS = frozenset({A.MLFLOW_SPAN_OUTPUTS, A.AI_TOOL_CALL_RESULT, A.
 """Keys whose value is the JSON encoding of the real value (see :func:`json_encoded_text`)."""
 _EXECUTE_TOOL_PREFIX = "execute_tool "
 _INVOKE_AGENT_PREFIX = "invoke_agent"
+_LLAMAINDEX_PREPARE = "._prepare_chat_with_tools"
 _TOOL_SPAN_NAMES = (
     re.compile(r"^execute_tool (?P<name>.+)$"),
     re.compile(r"^running tool:? (?P<name>.+)$"),
@@ -142,6 +143,14 @@ class SpanData:
     status_message: str | None = None
     dropped_attributes: int = 0
     source: str = "process"
+    events: tuple[tuple[str, Mapping[str, Any], Any], ...] = ()
+    """The span's ``gen_ai.*`` events as (name, attributes, body): some instrumentations put the
+    result or the input messages there instead of in attributes."""
+
+
+def gen_ai_events(events: Any) -> tuple[tuple[str, Mapping[str, Any], Any], ...]:
+    """Keep only the GenAI events of ``(name, attributes)`` pairs (the rest is never read)."""
+    return tuple((n, a, None) for n, a in events if isinstance(n, str) and n.startswith("gen_ai."))
 
 
 @dataclass(frozen=True)
@@ -166,6 +175,8 @@ def classify(name: str, attrs: Mapping[str, Any] | None) -> str | None:
     """
     if not attrs:
         return TOOL if name.startswith(_EXECUTE_TOOL_PREFIX) else None
+    if attrs.get(A.GEN_AI_TOOL_NAME) == A.ADK_MERGED_TOOLS or name.endswith(_LLAMAINDEX_PREPARE):
+        return None  # ADK's span around parallel calls (each has its own); LlamaIndex's request building
     op = attrs.get(A.GEN_AI_OPERATION_NAME)
     if op is not None:
         if op == A.EXECUTE_TOOL or A.TOOL_NAME in attrs:
@@ -234,6 +245,24 @@ def _dialect(name: str, attrs: Mapping[str, Any]) -> str:
     if name.startswith(_EXECUTE_TOOL_PREFIX) or A.GEN_AI_USAGE_INPUT_TOKENS in attrs:
         return "gen_ai"
     return "toolmeter"
+
+
+def _result_event(events: tuple[tuple[str, Mapping[str, Any], Any], ...]) -> tuple[str | None, Any]:
+    """A tool span's result carried in an event: ``gen_ai.choice`` (``message``, as Strands writes it
+    under the conventions before 1.37) or the output messages of an operation-details event."""
+    for name, attrs, body in events:
+        if name == "gen_ai.choice":
+            value = attrs.get("message", body.get("message") if isinstance(body, Mapping) else body)
+            if value is not None:
+                return "gen_ai.choice", value
+        elif name == "gen_ai.client.inference.operation.details" and attrs.get("gen_ai.output.messages") is not None:
+            from collector.messages import new_conversation, read_output
+
+            conv = new_conversation()
+            read_output(conv, attrs["gen_ai.output.messages"])
+            if conv.responses:
+                return "gen_ai.output.messages", conv.responses[0][2]
+    return None, None
 
 
 def _first(attrs: Mapping[str, Any], keys: tuple[str, ...], allow_empty: bool = False) -> tuple[str | None, Any]:
@@ -384,12 +413,20 @@ def extract_tool_call(
             json_strings = raw_key not in _STRINGS_AS_GIVEN_KEYS and (
                 raw_key != A.OI_OUTPUT_VALUE or attrs.get(A.OI_OUTPUT_MIME_TYPE) == "application/json"
             )
-            opened = unwrap(raw_attr, raw_key, json_strings)
+            adk = A.ADK_EVENT_ID in attrs or A.ADK_TOOL_RESPONSE in attrs
+            opened = unwrap(raw_attr, A.ADK_TOOL_RESPONSE if adk else raw_key, json_strings)
             raw = opened.text
             if opened.wrapper is not None:
                 wrapper, wrapped, wrapped_call_id = opened.wrapper, _as_payload(raw_attr), opened.call_id
             elif opened.problem:
                 r.issue(raw_key, f"{opened.problem}; measured as given, wrapper included")
+    if raw is None and raw_attr is None and span.events:
+        raw_key, raw_attr = _result_event(span.events)
+        if raw_attr is not None:
+            opened = unwrap(raw_attr, raw_key)
+            raw = opened.text
+            if opened.wrapper is not None:
+                wrapper, wrapped = opened.wrapper, _as_payload(raw_attr)
     if view is None and attrs.get(A.VIEW) is not None:
         view = _as_payload(attrs[A.VIEW])
     _, args = _first(attrs, _ARGS_KEYS)

@@ -414,6 +414,16 @@ def schema_of(parsed: Any) -> tuple[str, list[str], bool]:
     return digest, fields, not stack
 
 
+def _envelope_of(view: str | None, raw: str | None) -> bool:
+    """Whether the view is the whole raw inside a framework envelope (ADK sends the model
+    ``{"result": raw}``): the model read all of it, so nothing was cut."""
+    if view is None or raw is None or len(view) <= len(raw) or len(view) > 2 * len(raw) + 4096:
+        return False
+    from collector.wrappers import ADK_TOOL_RESPONSE, unwrap
+
+    return unwrap(view, ADK_TOOL_RESPONSE).text == raw
+
+
 # --- the measurement -----------------------------------------------------------------------
 
 
@@ -512,7 +522,7 @@ def measure(call: ToolCall, counter: TokenCounter) -> tuple[dict[str, Any], dict
         warnings += w
         retained_source = str(Source.DECLARED)
     if raw_data is not None and view_data is not None:
-        if view_data == raw_data:
+        if view_data == raw_data or _envelope_of(view_text, raw_text):
             inferred_ranges: list[Range] = [(0, len(raw_data))] if raw_data else []
             inferred_truncated = False
         else:

@@ -1,30 +1,92 @@
-"""Tool responses as the model saw them, read from an LLM span's input messages.
+"""Tool responses as the model saw them, read from an LLM call's input messages.
 
 A tool span carries what the tool produced; the next LLM call's input messages carry what
-the model was actually shown for the same tool call id. Joining the two gives the view
-(and so truncation and retained ranges) for unmodified agents. Read here:
+the model was actually shown for the same tool call. Joining the two gives the view (and
+so truncation and retained ranges) for unmodified agents, and where an application runs
+its tools without tool spans (a plain ``openai`` loop), the messages are the only record of
+the call. Every dialect's input messages are read into one form here:
 
-* OpenTelemetry GenAI: ``gen_ai.input.messages``, a JSON list of ``{role, parts}`` whose
-  parts of ``type: "tool_call_response"`` carry ``id`` and ``response``;
-* OpenInference: ``llm.input_messages.{i}.message.role = "tool"`` with
-  ``.message.tool_call_id`` and ``.message.content``;
-* Traceloop: ``gen_ai.prompt.{i}.role = "tool"`` with ``.tool_call_id`` and ``.content``.
+* OpenTelemetry GenAI: ``gen_ai.input.messages`` (``{role, parts}``, parts ``tool_call`` and
+  ``tool_call_response``), on the span, on a ``gen_ai.client.inference.operation.details``
+  event or log record; and the older per-message events and log records
+  (``gen_ai.user.message``, ``gen_ai.assistant.message``, ``gen_ai.tool.message``) with
+  ``content``, ``id`` and ``tool_calls`` as attributes or body;
+* OpenInference: ``llm.input_messages.{i}.message.*`` (``role``, ``content``, ``tool_call_id``,
+  ``tool_calls.{k}.tool_call.id`` / ``.function.name``);
+* Traceloop: ``gen_ai.prompt.{i}.*`` (``role``, ``content``, ``tool_call_id``, ``tool_calls.{k}.*``);
+* the Vercel AI SDK: ``ai.prompt.messages`` (``tool-call`` and ``tool-result`` parts);
+* Langfuse and MLflow: ``langfuse.observation.input``, ``mlflow.spanInputs`` (OpenAI- or
+  Anthropic-style messages, alone or under ``messages``);
+* Google ADK: ``gcp.vertex.agent.llm_request`` (``contents`` with ``function_response`` parts).
 
-A response that is not a string is measured as its JSON text.
+Content is read in every form these carry: strings, content blocks (``text``, Bedrock's
+``toolResult`` / ``toolUse`` as Strands records them, Anthropic's ``tool_result`` /
+``tool_use``), Google ``parts``. A tool response without an id (Traceloop's events) takes the
+id of the assistant's pending tool call in order, and its name from that call.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from collector.measure import without_surrogates
 
 GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"
-_OI = re.compile(r"^llm\.input_messages\.(\d{1,9})\.message\.(role|tool_call_id|content)$")
-_TL = re.compile(r"^gen_ai\.prompt\.(\d{1,9})\.(role|tool_call_id|content)$")
+OPERATION_DETAILS = "gen_ai.client.inference.operation.details"
+MESSAGE_EVENTS = {
+    "gen_ai.system.message": "system",
+    "gen_ai.user.message": "user",
+    "gen_ai.assistant.message": "assistant",
+    "gen_ai.tool.message": "tool",
+}
+"""Per-message events (span events or log records) of the GenAI conventions before 1.37."""
+
+_OI = re.compile(r"^llm\.input_messages\.(\d{1,9})\.message\.(.+)$")
+_TL = re.compile(r"^gen_ai\.prompt\.(\d{1,9})\.(.+)$")
+_OI_CALL = re.compile(r"^tool_calls\.(\d{1,9})\.tool_call\.(id|function\.name)$")
+_TL_CALL = re.compile(r"^tool_calls\.(\d{1,9})\.(id|name)$")
+_JSON_MESSAGE_KEYS = ("ai.prompt.messages", "langfuse.observation.input", "mlflow.spanInputs",
+                      "gcp.vertex.agent.llm_request")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ToolResponse:
+    """One tool result in an LLM call's input."""
+
+    call_id: str
+    name: str | None
+    text: str
+    position: int
+    """Its order among the tool responses of that input (0, 1, ...)."""
+
+
+@dataclass
+class _Conversation:
+    """Messages read in order: tool calls asked for, and tool responses given."""
+
+    names: dict[str, str]
+    pending: list[str]
+    responses: list[tuple[str | None, str | None, str]]
+
+    def call(self, call_id: Any, name: Any) -> None:
+        if call_id in (None, ""):
+            return
+        cid = _call_id(call_id)
+        if name:
+            self.names[cid] = str(name)
+        self.pending.append(cid)
+
+    def response(self, call_id: Any, name: Any, text: str) -> None:
+        cid = _call_id(call_id) if call_id not in (None, "") else None
+        if cid is None and self.pending:
+            cid = self.pending[0]  # the next call still waiting for its result
+        if cid is not None and cid in self.pending:
+            self.pending.remove(cid)
+        self.responses.append((cid, str(name) if name else None, text))
 
 
 def _text(value: Any) -> str:
@@ -41,24 +103,133 @@ def _call_id(value: Any) -> str:
     return without_surrogates(str(value))[0]
 
 
-def _from_gen_ai(value: Any) -> list[tuple[str, str]]:
-    if isinstance(value, str):
+def _maybe_json(value: Any) -> Any:
+    if isinstance(value, str) and value[:1] in ("[", "{", '"'):
         try:
-            value = json.loads(value)
+            return json.loads(value)
         except (ValueError, RecursionError):
-            return []
-    out = []
-    for message in value if isinstance(value, list) else []:
-        if not isinstance(message, dict):
+            return value
+    return value
+
+
+def _response_text(value: Any) -> str:
+    """The text of a tool response value: strings as they are, content blocks joined, else JSON."""
+    value = _maybe_json(value) if isinstance(value, str) and value[:2] in ("[{", '{"') else value
+    if isinstance(value, list) and value and all(isinstance(b, Mapping) for b in value):
+        texts = []
+        for block in value:
+            if isinstance(block.get("text"), str) and block.get("type") in (None, "text"):
+                texts.append(block["text"])
+            elif "json" in block and len(block) == 1:
+                texts.append(_text(block["json"]))
+            else:
+                return _text(value)
+        return "\n".join(texts)
+    if isinstance(value, Mapping) and value.get("type") in ("text", "error-text") and "value" in value:
+        return _text(value["value"])  # the AI SDK's output
+    if isinstance(value, Mapping) and value.get("type") in ("json", "error-json") and "value" in value:
+        return json.dumps(value["value"], ensure_ascii=False, separators=(",", ":"))
+    return _text(value)
+
+
+def _blocks(conv: _Conversation, role: str | None, blocks: Iterable[Any]) -> list[str]:
+    """Read content blocks or parts of any dialect; returns the plain text blocks."""
+    texts: list[str] = []
+    for b in blocks:
+        if isinstance(b, str):
+            texts.append(b)
             continue
-        parts = message.get("parts")
-        for part in parts if isinstance(parts, list) else []:
-            if isinstance(part, dict) and part.get("type") == "tool_call_response" and part.get("id"):
-                out.append((_call_id(part["id"]), _text(part.get("response", part.get("result", "")))))
-    return out
+        if not isinstance(b, Mapping):
+            continue
+        kind = b.get("type")
+        if kind == "tool_call_response":
+            conv.response(b.get("id"), b.get("name"), _response_text(b.get("response", b.get("result", ""))))
+        elif kind == "tool_call":
+            conv.call(b.get("id"), b.get("name"))
+        elif kind == "tool-result":
+            conv.response(b.get("toolCallId"), b.get("toolName"), _response_text(b.get("output", b.get("result"))))
+        elif kind == "tool-call":
+            conv.call(b.get("toolCallId"), b.get("toolName"))
+        elif kind == "tool_result":
+            conv.response(b.get("tool_use_id"), None, _response_text(b.get("content", "")))
+        elif kind == "tool_use":
+            conv.call(b.get("id"), b.get("name"))
+        elif isinstance(b.get("toolResult"), Mapping):
+            r = b["toolResult"]
+            conv.response(r.get("toolUseId"), None, _response_text(r.get("content", "")))
+        elif isinstance(b.get("toolUse"), Mapping):
+            conv.call(b["toolUse"].get("toolUseId"), b["toolUse"].get("name"))
+        elif isinstance(fr := b.get("function_response", b.get("functionResponse")), Mapping):
+            conv.response(fr.get("id"), fr.get("name"), _text(fr.get("response", "")))
+        elif isinstance(fc := b.get("function_call", b.get("functionCall")), Mapping):
+            conv.call(fc.get("id"), fc.get("name"))
+        elif isinstance(b.get("text"), str) and kind in (None, "text"):
+            texts.append(b["text"])
+        elif kind == "text" and isinstance(b.get("content"), str):
+            texts.append(b["content"])
+    return texts
 
 
-def _from_flattened(attrs: Mapping[str, Any], pattern: re.Pattern[str], prefix: str) -> list[tuple[str, str]]:
+_BLOCK_KEYS = frozenset({"type", "toolResult", "toolUse", "function_response", "functionResponse", "function_call",
+                         "functionCall", "text"})  # fmt: skip
+
+
+def _looks_like_blocks(value: Any) -> bool:
+    if isinstance(value, Mapping):
+        return isinstance(value.get("parts"), list)
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(b, Mapping) and b.keys() & _BLOCK_KEYS and len(b) <= 6 for b in value)
+    )
+
+
+def _message(conv: _Conversation, m: Mapping[str, Any]) -> None:
+    """One message of any dialect (OpenAI, GenAI parts, Anthropic, Google, AI SDK, Bedrock)."""
+    role = m.get("role")
+    for tc in m.get("tool_calls") or []:
+        if isinstance(tc, Mapping):
+            fn = tc.get("function")
+            conv.call(tc.get("id"), (fn.get("name") if isinstance(fn, Mapping) else None) or tc.get("name"))
+    given = m.get("content")
+    content = _maybe_json(given)
+    if isinstance(given, str) and not _looks_like_blocks(content):
+        content = given  # a tool result that is JSON is text the model read, not content blocks
+    parts = m.get("parts")
+    if isinstance(content, Mapping) and isinstance(content.get("parts"), list):  # Google Content in a body
+        role, parts, content = content.get("role", role), content["parts"], None
+    texts: list[str] = []
+    if isinstance(parts, list):
+        texts += _blocks(conv, role, parts)
+    if isinstance(content, list):
+        texts += _blocks(conv, role, content)
+    elif isinstance(content, str):
+        texts.append(content)
+    if role == "tool" and texts:
+        call_id = m.get("tool_call_id", m.get("id"))
+        conv.response(call_id, m.get("name"), "\n".join(texts) if len(texts) > 1 else texts[0])
+    elif role == "tool" and content is None and not parts and (m.get("tool_call_id") or m.get("id")):
+        conv.response(m.get("tool_call_id", m.get("id")), m.get("name"), "")
+
+
+def _messages(conv: _Conversation, value: Any) -> None:
+    value = _maybe_json(value)
+    if isinstance(value, str):  # MLflow JSON-encodes the JSON once more
+        value = _maybe_json(value)
+    if isinstance(value, Mapping):
+        for key in ("messages", "contents"):
+            if isinstance(value.get(key), list):
+                value = value[key]
+                break
+        else:
+            return
+    for m in value if isinstance(value, list) else []:
+        if isinstance(m, Mapping):
+            _message(conv, m)
+
+
+def _flattened(conv: _Conversation, attrs: Mapping[str, Any], pattern: re.Pattern[str], prefix: str,
+               call_pattern: re.Pattern[str]) -> bool:  # fmt: skip
     messages: dict[int, dict[str, Any]] = {}
     for key, value in attrs.items():
         if not key.startswith(prefix):
@@ -66,26 +237,85 @@ def _from_flattened(attrs: Mapping[str, Any], pattern: re.Pattern[str], prefix: 
         m = pattern.match(key)
         if m:
             messages.setdefault(int(m.group(1)), {})[m.group(2)] = value
-    return [
-        (_call_id(msg["tool_call_id"]), _text(msg.get("content", "")))
-        for _, msg in sorted(messages.items())
-        if msg.get("role") == "tool" and msg.get("tool_call_id")
-    ]
+    for _, msg in sorted(messages.items()):
+        calls: dict[int, dict[str, Any]] = {}
+        for key, value in msg.items():
+            c = call_pattern.match(key)
+            if c:
+                calls.setdefault(int(c.group(1)), {})[c.group(2)] = value
+        for _, fields in sorted(calls.items()):
+            conv.call(fields.get("id"), fields.get("function.name", fields.get("name")))
+        if msg.get("role") == "tool":
+            content = msg.get("content")
+            if content is None:  # OpenInference's contents.{j}.message_content.text
+                content = "".join(str(v) for k, v in sorted(msg.items()) if k.endswith("message_content.text"))
+            conv.response(msg.get("tool_call_id"), msg.get("name"), _text(content))
+    return bool(messages)
 
 
-def tool_responses(attrs: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(tool call id, text the model was shown) for each tool response in the input messages."""
-    found: list[tuple[str, str]] = []
-    if GEN_AI_INPUT_MESSAGES in attrs:
-        found += _from_gen_ai(attrs[GEN_AI_INPUT_MESSAGES])
-    if not found:
-        found += _from_flattened(attrs, _OI, "llm.input_messages.")
-    if not found:
-        found += _from_flattened(attrs, _TL, "gen_ai.prompt.")
+def _event_message(conv: _Conversation, name: str, attrs: Mapping[str, Any], body: Any) -> None:
+    """A per-message event (span event or log record): fields in its attributes or its body."""
+    fields: dict[str, Any] = dict(attrs)
+    if isinstance(body, Mapping):
+        fields.update(body)
+    elif body is not None and "content" not in fields:
+        fields["content"] = body
+    fields.setdefault("role", MESSAGE_EVENTS[name])
+    if name == "gen_ai.tool.message":
+        fields["role"] = "tool"
+    _message(conv, fields)
+
+
+def read_events(conv: _Conversation, events: Iterable[tuple[str, Mapping[str, Any], Any]]) -> None:
+    for name, attrs, body in events:
+        if name in MESSAGE_EVENTS:
+            _event_message(conv, name, attrs, body)
+        elif name == OPERATION_DETAILS and attrs.get(GEN_AI_INPUT_MESSAGES) is not None:
+            _messages(conv, attrs[GEN_AI_INPUT_MESSAGES])
+
+
+def read_output(conv: _Conversation, value: Any) -> None:
+    """Output messages (``gen_ai.output.messages``): tool responses in them are a tool's result."""
+    _messages(conv, value)
+
+
+def _unique(conv: _Conversation) -> list[ToolResponse]:
     seen: set[str] = set()
-    unique = []
-    for call_id, text in found:
-        if call_id not in seen:  # the first time the model saw it
-            seen.add(call_id)
-            unique.append((call_id, text))
-    return unique
+    out: list[ToolResponse] = []
+    for call_id, name, text in conv.responses:
+        if call_id is None or call_id in seen:  # the first time the model saw it
+            continue
+        seen.add(call_id)
+        out.append(ToolResponse(call_id, name or conv.names.get(call_id), text, len(out)))
+    return out
+
+
+def new_conversation() -> _Conversation:
+    return _Conversation({}, [], [])
+
+
+def tool_responses(
+    attrs: Mapping[str, Any], events: Iterable[tuple[str, Mapping[str, Any], Any]] = ()
+) -> list[ToolResponse]:
+    """Each tool response in an LLM call's input (attributes first, then its events), once per call id."""
+    conv = new_conversation()
+    if attrs.get(GEN_AI_INPUT_MESSAGES) is not None:
+        _messages(conv, attrs[GEN_AI_INPUT_MESSAGES])
+    elif not _flattened(conv, attrs, _OI, "llm.input_messages.", _OI_CALL) and not _flattened(
+        conv, attrs, _TL, "gen_ai.prompt.", _TL_CALL
+    ):
+        for key in _JSON_MESSAGE_KEYS:
+            if attrs.get(key) is not None:
+                _messages(conv, attrs[key])
+                if conv.responses:
+                    break
+    if not conv.responses:
+        read_events(conv, events)
+    return _unique(conv)
+
+
+def responses_from_logs(logs: Iterable[tuple[str, Mapping[str, Any], Any]]) -> list[ToolResponse]:
+    """Tool responses in one LLM call's input given as log records (in the order they were emitted)."""
+    conv = new_conversation()
+    read_events(conv, logs)
+    return _unique(conv)

@@ -19,7 +19,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from collector.dialects import LogData, SpanData
+from collector.dialects import LogData, SpanData, gen_ai_events
 from collector.errors import InputError
 from collector.model import Issue
 from collector.otlp_json import MAX_TIME_NS, spans_from_request, time_ns
@@ -104,6 +104,11 @@ def _spans_from_proto(req: ExportTraceServiceRequest, source: str, decoded: Deco
                     status_message=span.status.message or None,
                     dropped_attributes=span.dropped_attributes_count,
                     source=source,
+                    events=gen_ai_events(
+                        (e.name, _attrs(e.attributes)) for e in span.events if e.name.startswith("gen_ai.")
+                    )
+                    if span.events
+                    else (),
                 )
 
 

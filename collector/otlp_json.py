@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from collector.dialects import SpanData
+from collector.dialects import SpanData, gen_ai_events
 from collector.errors import InputError
 from collector.model import Issue
 
@@ -115,7 +115,15 @@ def _span(raw: dict[str, Any], resource: dict[str, Any], source: str) -> SpanDat
         status_message=status.get("message") or None,
         dropped_attributes=int(raw.get("droppedAttributesCount", 0) or 0),
         source=source,
+        events=_events(raw.get("events")),
     )
+
+
+def _events(value: Any) -> tuple[tuple[str, Any, Any], ...]:
+    if not isinstance(value, list):
+        return ()
+    pairs = ((e.get("name"), e.get("attributes")) for e in value if isinstance(e, dict))
+    return gen_ai_events((n, attributes(a)) for n, a in pairs if isinstance(n, str) and n.startswith("gen_ai."))
 
 
 _READ_ERRORS = (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError)

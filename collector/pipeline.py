@@ -19,10 +19,11 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from collector import matching
 from collector.config import CollectorConfig
 from collector.dialects import LLM, TOOL, SpanData, extract_llm_call, extract_tool_call
-from collector.measure import measure
-from collector.messages import tool_responses
+from collector.measure import infer_retained, measure, merge_ranges, truncation_kind
+from collector.messages import MESSAGE_EVENTS, OPERATION_DETAILS, ToolResponse, responses_from_logs, tool_responses
 from collector.metrics import ToolMetrics
 from collector.model import Issue, ToolCall
 from collector.payload_store import PayloadStore, payload_dir
@@ -122,15 +123,13 @@ class Pipeline:
         issues = list(extra_issues or [])
         failed = 0
         seen_views = self._message_views(items, batch)
+        calls = self._tool_calls(items, seen_views, issues)
         for item in items:
             try:
                 if item.kind == TOOL:
-                    call, found = extract_tool_call(item.span, item.raw, item.view)
-                    issues += found
-                    if call.view is None and call.tool_call_id is not None:
-                        text = seen_views.get((call.trace_id, call.tool_call_id))
-                        if text is not None:  # the model's input in this batch says what it saw
-                            call = replace(call, view=text, view_origin="message", view_join="call_id")
+                    call = calls.get(id(item))
+                    if call is None:
+                        raise ValueError("the span could not be read")
                     row, payloads = measure(call, self.counter)
                     self._store_payloads(row, payloads, batch)
                     batch.tool_rows.append(row)
@@ -139,7 +138,7 @@ class Pipeline:
                     llm, found = extract_llm_call(item.span)
                     issues += found
                     batch.llm_rows.append(asdict(llm))
-                elif item.kind == LOG:
+                elif item.kind == LOG and not is_message_event(item.span):  # type: ignore[arg-type]
                     self._log_item(item, batch, issues)
             except Exception as e:  # one bad span must not cost the batch
                 failed += 1
@@ -196,54 +195,113 @@ class Pipeline:
         if redactions:
             row["warnings"].append(f"{redactions} secret(s) redacted before storing; counts are of the original")
 
-    def _message_views(self, items: list[Item], batch: Batch) -> dict[tuple[str, str], str]:
-        """Record the tool responses that LLM calls' inputs carried; return them by (trace, call id)."""
-        views: dict[tuple[str, str], str] = {}
+    def _tool_calls(
+        self, items: list[Item], views: dict[tuple[str, str], tuple[ToolResponse, SpanLike]], issues: list[Issue]
+    ) -> dict[int, ToolCall]:
+        """Read the batch's tool spans and join the views its LLM calls carried (by id, else by the conversation)."""
+        calls: dict[int, ToolCall] = {}
         for item in items:
-            if item.kind != LLM:
+            if item.kind != TOOL:
                 continue
-            span = item.span
-            for call_id, text in tool_responses(span.attributes):
-                key = (span.trace_id, call_id)
-                if key in views:
-                    continue
-                views[key] = text
-                data, _ = self.redactor.redact_bytes_same_length(text.encode("utf-8", errors="surrogatepass"))
-                row: dict[str, Any] = {"trace_id": span.trace_id, "tool_call_id": call_id,
-                                       "llm_span_id": span.span_id, "bytes": len(data), "tokens": None,
-                                       "blob_id": None, "inline": None}  # fmt: skip
-                if self.config.store_payloads:
-                    if self.payloads is None:
-                        row["inline"] = data
-                    else:
-                        row["blob_id"] = self.payloads.put(data)
+            try:
+                call, found = extract_tool_call(item.span, item.raw, item.view)
+            except Exception as e:  # measured (and reported) per item in build_batch
+                logger.debug("toolmeter could not read span %s: %s", item.span.span_id, e)
+                continue
+            issues += found
+            if call.view is None and call.tool_call_id is not None:
+                seen = views.get((call.trace_id, call.tool_call_id))
+                if seen is not None:  # the model's input in this batch says what it saw
+                    call = replace(call, view=seen[0].text, view_origin="message", view_join="call_id")
+            calls[id(item)] = call
+        idless = [
+            matching.Call(key, c.trace_id, c.tool_name, c.start_ns, c.end_ns, c.raw)
+            for key, c in calls.items()
+            if c.view is None and c.tool_call_id is None
+        ] if views else []  # fmt: skip
+        if idless:
+            offered = [_offered(r, span) for r, span in views.values()]
+            for key, (o, how) in matching.match(idless, offered).items():
+                c = calls[key]
+                calls[key] = replace(c, view=o.text, view_origin="message", view_join=how, tool_call_id=o.call_id,
+                                     raw=c.raw if c.raw is not None else (o.text if how == "order" else None),
+                                     warnings=c.warnings + _order_warning(how, c))  # fmt: skip
+        return calls
+
+    def _message_views(self, items: list[Item], batch: Batch) -> dict[tuple[str, str], tuple[ToolResponse, SpanLike]]:
+        """Record the tool responses that LLM calls' inputs carried; return them by (trace, call id).
+
+        Inputs come from LLM spans (attributes or events) and from log records of the GenAI
+        conventions (grouped by the span they belong to, in the order they were emitted).
+        """
+        views: dict[tuple[str, str], tuple[ToolResponse, SpanLike]] = {}
+        found: list[tuple[ToolResponse, SpanLike]] = []
+        groups: dict[tuple[str, str], list[Any]] = {}
+        for item in items:
+            if item.kind == LLM:
+                sp = item.span
+                found += [(r, SpanLike(sp.trace_id, sp.span_id, sp.start_ns, sp.resource, sp.attributes))
+                          for r in tool_responses(sp.attributes, sp.events)]  # fmt: skip
+            elif item.kind == LOG and is_message_event(item.span):  # type: ignore[arg-type]
+                log: Any = item.span
+                groups.setdefault((log.trace_id, log.span_id or ""), []).append(log)
+        for (trace_id, span_id), logs in groups.items():
+            logs.sort(key=lambda rec: rec.time_ns)
+            events = [(_log_event_name(rec), rec.attributes, rec.body) for rec in logs]
+            like = SpanLike(trace_id, span_id, logs[0].time_ns, logs[0].resource, logs[0].attributes)
+            found += [(r, like) for r in responses_from_logs(events)]
+        for response, like in found:
+            key = (like.trace_id, response.call_id)
+            if key in views:
+                continue
+            views[key] = (response, like)
+            span = like
+            text = response.text
+            data, _ = self.redactor.redact_bytes_same_length(text.encode("utf-8", errors="surrogatepass"))
+            row: dict[str, Any] = {"trace_id": span.trace_id, "tool_call_id": response.call_id,
+                                   "llm_span_id": span.span_id, "bytes": len(data), "tokens": None,
+                                   "blob_id": None, "inline": None, "tool_name": response.name,
+                                   "position": response.position, "llm_start_ns": span.start_ns,
+                                   "service_name": _str(span.resource.get("service.name")),
+                                   "dialect": _llm_dialect(span.attributes)}  # fmt: skip
+            if self.config.store_payloads:
+                if self.payloads is None or len(data) <= INLINE_MAX_BYTES:
+                    row["inline"] = data
                 else:
-                    row["tokens"] = self.counter.count(text).tokens
-                batch.message_rows.append(row)
+                    row["blob_id"] = self.payloads.put(data)
+            else:
+                row["tokens"] = self.counter.count(text).tokens
+            batch.message_rows.append(row)
         return views
 
-    def join_late_views(self, pending: list[dict[str, Any]]) -> int:
+    def join_late_views(self, pending: list[dict[str, Any]], drop: list[tuple[str, str]] | None = None) -> int:
         """Measure the view of tool calls whose response reached the model in a later batch.
 
         The tool span and the LLM call that read its result often end in different batches
-        (the LLM call takes seconds); ``pending`` comes from the write of the traces it touched.
+        (the LLM call takes seconds); ``pending`` comes from the write of the traces it touched:
+        stored tool rows with the ``message_*`` columns of their view (and ``view_join``).
         Returns how many tool calls got their view.
         """
         rows: list[dict[str, Any]] = []
         late = Batch()
         for old in pending:
-            raw = self._stored_raw(old)
+            stored = self._stored_raw(old)
+            raw = stored if stored is not None and not old["raw_cut"] else None
             view: str | None = None
             if old.get("message_inline") is not None:
                 view = bytes(old["message_inline"]).decode("utf-8", errors="replace")
             elif old["message_blob_id"] is not None and self.payloads is not None:
                 view = self.payloads.get(old["message_blob_id"]).decode("utf-8", errors="replace")
+            how = old.get("view_join") or "call_id"
+            warnings = tuple(w for w in old["warnings"] or [] if "payload stored as head and tail" not in w)
+            if how == "order" and raw is None and stored is None and old["raw_bytes"] is None and view is not None:
+                raw = view.encode("utf-8")  # the span carried no result: the model's copy is the only one
             call = ToolCall(
                 trace_id=old["trace_id"], span_id=old["span_id"], parent_span_id=old["parent_span_id"],
                 tool_name=old["tool_name"], dialect=old["dialect"], start_ns=old["start_ns"], end_ns=old["end_ns"],
                 tool_call_id=old["tool_call_id"], service_name=old["service_name"], agent_name=old["agent_name"],
                 status=old["status"], error=old["error"], arguments=old["arguments"], raw=raw, view=view,
-                view_origin="message", view_join="call_id", origin=old["origin"] or "span",
+                view_origin="message", view_join=how, origin=old["origin"] or "span",
                 raw_bytes_declared=old["raw_bytes"] if raw is None else None,
                 raw_tokens_declared=old["raw_tokens"] if raw is None else None,
                 view_bytes_declared=old["message_bytes"] if view is None else None,
@@ -253,27 +311,96 @@ class Pipeline:
                 retained=tuple(tuple(r) for r in old["retained_ranges"]) if old["retained_source"] == "declared" else None,  # type: ignore[misc]
                 shape=old["shape"] if old["shape_source"] == "declared" else None,
                 source=old["source"],
-                warnings=tuple(w for w in old["warnings"] or [] if "payload stored as head and tail" not in w),
+                warnings=warnings + (_ORDER_WARNING if how == "order" else ()),
             )  # fmt: skip
             row, payloads = measure(call, self.counter)
-            # raw figures were measured on the original; the stored raw is redacted
-            for column in ("raw_bytes", "raw_tokens", "raw_tokens_exact", "over_budget", "schema_fingerprint",
-                           "schema_fields", "shape", "shape_source", "raw_wrapper", "wrapper_bytes",
-                           "wrapper_tokens"):  # fmt: skip
-                row[column] = old[column]
+            if old["raw_bytes"] is not None or old["raw_tokens"] is not None:
+                # raw figures were measured on the original; the stored raw is redacted
+                for column in ("raw_bytes", "raw_tokens", "raw_tokens_exact", "over_budget", "schema_fingerprint",
+                               "schema_fields", "shape", "shape_source", "raw_wrapper", "wrapper_bytes",
+                               "wrapper_tokens"):  # fmt: skip
+                    row[column] = old[column]
+            if raw is None and stored is not None and view is not None and row["truncation_source"] != "declared":
+                _retained_in_head_and_tail(row, stored, old, view.encode("utf-8", errors="surrogatepass"))
             # the same redaction as any payload; the raw is already stored (and redacted)
-            self._store_payloads(row, {k: v for k, v in payloads.items() if k == "view"}, late)
+            kept = {k: v for k, v in payloads.items() if k == "view" or (k == "raw" and stored is None)}
+            self._store_payloads(row, kept, late)
             rows.append(row)
-        self.store.replace_tool_rows(rows, late.payload_rows)
+        self.store.replace_tool_rows(rows, late.payload_rows, drop or [])
         return len(rows)
 
+    def join_conversation(self, result: WriteResult) -> int:
+        """Join id-less tool calls to the model's input by the conversation, and record as tool calls the
+        tool responses that no tool span stands for (``origin = 'messages'``). Returns rows changed."""
+        views = result.unclaimed_views
+        if not views:
+            return 0
+        offered = [matching.Offered(v["trace_id"], v["tool_call_id"], v["tool_name"], v["llm_start_ns"] or 0,
+                                    v["position"] or 0, self._view_bytes(v) or b"") for v in views]  # fmt: skip
+        calls = [matching.Call(i, r["trace_id"], r["tool_name"], r["start_ns"], r["end_ns"], self._stored_raw(r))
+                 for i, r in enumerate(result.idless_calls)]  # fmt: skip
+        pending = []
+        claimed: set[tuple[str, str]] = set()
+        drop: list[tuple[str, str]] = []
+        for i, (o, how) in matching.match(calls, offered).items():
+            old = dict(result.idless_calls[i])
+            v = next(v for v in views if (v["trace_id"], v["tool_call_id"]) == (o.trace_id, o.call_id))
+            if v.get("derived_span_id"):  # recorded from the messages before its tool span arrived
+                drop.append((v["trace_id"], v["derived_span_id"]))
+            old.update(tool_call_id=o.call_id, view_join=how, message_bytes=v["bytes"], message_tokens=v["tokens"],
+                       message_blob_id=v["blob_id"], message_inline=v["inline"])  # fmt: skip
+            pending.append(old)
+            claimed.add((o.trace_id, o.call_id))
+        changed = self.join_late_views(pending, drop) if pending else 0
+        # responses no tool span claims, in traces with no id-less call of that tool left to claim them
+        waiting = {(r["trace_id"], r["tool_name"]) for i, r in enumerate(result.idless_calls)
+                   if i not in {k for k in matching.match(calls, offered)}}  # fmt: skip
+        derived = [v for v in views if (v["trace_id"], v["tool_call_id"]) not in claimed
+                   and (v["trace_id"], v["tool_name"]) not in waiting and v["llm_start_ns"] is not None
+                   and not v.get("derived_span_id")]  # fmt: skip
+        if derived:
+            changed += self._derive(derived)
+        return changed
+
+    def _derive(self, views: list[dict[str, Any]]) -> int:
+        """Tool calls recorded from the messages alone: raw and view are what the application passed back."""
+        batch = Batch()
+        for v in views:
+            text = self._view_bytes(v)
+            at = int(v["llm_start_ns"]) - 1  # ended just before the model call that read it
+            call = ToolCall(
+                trace_id=v["trace_id"], tool_call_id=v["tool_call_id"], tool_name=v["tool_name"] or "(unnamed)",
+                span_id=hashlib.sha256(f"messages:{v['trace_id']}:{v['tool_call_id']}".encode()).hexdigest()[:16],
+                dialect=v["dialect"] or "messages", start_ns=at, end_ns=at, service_name=v["service_name"],
+                raw=text, view=text, view_origin="message", view_join="call_id", origin="messages",
+                raw_tokens_declared=v["tokens"] if text is None else None,
+                raw_bytes_declared=v["bytes"] if text is None else None, source="messages",
+                warnings=("no tool span for this call: recorded from the tool message the application sent the model "
+                          "(raw is that message; the tool itself may have returned more)",),
+            )  # fmt: skip
+            row, payloads = measure(call, self.counter)
+            row["view_source"] = "message"
+            self._store_payloads(row, payloads, batch)
+            batch.tool_rows.append(row)
+        result = self.store.write(batch)
+        with self.lock:
+            self.counters.tool_calls_written += result.tool_calls
+        return result.tool_calls
+
+    def _view_bytes(self, v: dict[str, Any]) -> bytes | None:
+        if v.get("inline") is not None:
+            return bytes(v["inline"])
+        if v.get("blob_id") is not None and self.payloads is not None:
+            return self.payloads.get(v["blob_id"])
+        return None
+
     def _stored_raw(self, row: dict[str, Any]) -> bytes | None:
-        """The raw payload of a stored call (as stored: redacted, same length), when kept whole."""
-        if row["raw_cut"] is None or row["raw_cut"]:
+        """The raw payload of a stored call as stored (redacted, same length; head and tail when cut)."""
+        if row["raw_cut"] is None:
             return None
         if row["raw_inline"] is not None:
             return bytes(row["raw_inline"])
-        if self.payloads is None:
+        if self.payloads is None or row["raw_blob_id"] is None:
             return None
         return self.payloads.get(row["raw_blob_id"])
 
@@ -308,15 +435,112 @@ class Pipeline:
         batch.stats = stats
         # the view of a call may sit in another batch: an earlier LLM call's input, or a later one
         touched = {r["trace_id"] for r in batch.message_rows}
-        touched |= {r["trace_id"] for r in batch.tool_rows if r["tool_call_id"] and r["view_source"] == "raw"}
+        touched |= {r["trace_id"] for r in batch.tool_rows if r["view_source"] == "raw"}
         batch.join_traces = sorted(touched)
         result = self.store.write(batch)
         self.metrics.record_rows(batch.tool_rows)
         self.metrics.record_dropped_total(stats["dropped"])
         if result.pending_joins:
             self.join_late_views(result.pending_joins)
+        if result.unclaimed_views:
+            self.join_conversation(result)
         with self.lock:
             self.counters.tool_calls_written += result.tool_calls
             self.counters.llm_calls_written += result.llm_calls
             self.counters.duplicates += result.duplicates
         return result
+
+
+def interleaved(items: list[Item], n_chunks: int) -> list[list[Item]]:
+    """Items dealt into ``n_chunks`` chunks in turn (large results spread over the measuring threads);
+    log records stay together in the first, in order: one LLM call's input may be many records."""
+    logs = [i for i in items if i.kind == LOG]
+    spans = [i for i in items if i.kind != LOG] if logs else items
+    chunks = [spans[i::n_chunks] for i in range(n_chunks)]
+    chunks[0] = logs + chunks[0]
+    return [c for c in chunks if c] or [[]]
+
+
+class SpanLike(NamedTuple):
+    """What a message view keeps of the LLM span (or log records) it came from."""
+
+    trace_id: str
+    span_id: str
+    start_ns: int
+    resource: Any
+    attributes: Any
+
+
+_ORDER_WARNING = (
+    "view joined by the conversation (the only call and response of this tool around that model call), "
+    "not by a call id; the span carried no result to confirm it",
+)
+
+
+def _order_warning(how: str, call: ToolCall) -> tuple[str, ...]:
+    return _ORDER_WARNING if how == "order" else ()
+
+
+def _offered(r: ToolResponse, span: SpanLike) -> matching.Offered:
+    return matching.Offered(span.trace_id, r.call_id, r.name, span.start_ns, r.position, r.text)
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _llm_dialect(attrs: Any) -> str:
+    if "gen_ai.input.messages" in attrs or "gen_ai.operation.name" in attrs:
+        return "gen_ai"
+    if "openinference.span.kind" in attrs:
+        return "openinference"
+    if "gen_ai.prompt.0.role" in attrs or "llm.request.type" in attrs:
+        return "traceloop"
+    return "gen_ai"
+
+
+def _log_event_name(log: Any) -> str:
+    name = log.event_name or log.attributes.get("event.name")
+    return str(name) if name else ""
+
+
+def is_message_event(log: Any) -> bool:
+    """A GenAI log record carrying an LLM call's input messages (not a Claude Code event)."""
+    name = _log_event_name(log)
+    return name in MESSAGE_EVENTS or name == OPERATION_DETAILS
+
+
+def _retained_in_head_and_tail(row: dict[str, Any], stored: bytes, old: dict[str, Any], view: bytes) -> None:
+    """Truncation and retained ranges of a raw stored cut (head and tail only), from what was kept.
+
+    The view's pieces are located in the stored head and tail and mapped back to offsets of
+    the whole raw, so a 100 MB raw gives the ranges a 1 KB one does whenever the model saw
+    parts of its first and last ``payload_cap_bytes / 2``; a part of the view that came from
+    the middle is said in a warning.
+    """
+    total = int(old["raw_bytes"] or 0)
+    head = int(old.get("raw_head_bytes") or 0)
+    shift = total - len(stored)
+    ret = infer_retained(stored, view)
+    ranges = []
+    for s, e in ret.ranges:
+        if s >= head:
+            s, e = s + shift, e + shift
+        elif e > head:  # a piece across the join of head and tail is two pieces of the raw
+            ranges.append((s, head))
+            s, e = head + shift, e + shift
+        ranges.append((s, e))
+    union = sum(e - s for s, e in merge_ranges(ranges))
+    share = ret.view_bytes_from_raw / max(len(view), 1)
+    truncated = union < total
+    row.update(truncated=truncated, truncation_source="inferred", retained_ranges=[list(r) for r in ranges],
+               retained_source="inferred", retained_bytes=union,
+               retained_coverage=min(ret.view_bytes_from_raw / len(view), 1.0) if view else None,
+               truncation_kind=truncation_kind(ranges, total, share) if truncated else None,
+               omitted_bytes=total - union if truncated else None)  # fmt: skip
+    missing = len(view) - ret.view_bytes_from_raw
+    if missing > 256 and share > 0.1:
+        row["warnings"].append(
+            f"{missing:,} bytes of the view were not found in the stored head and tail of the raw (it is over the "
+            "payload cap): they came from its middle or are notes; raise TOOLMETER_PAYLOAD_CAP_BYTES to locate them"
+        )

@@ -30,7 +30,7 @@ from opentelemetry.trace import StatusCode, format_span_id, format_trace_id
 from collector import attributes as A
 from collector._payloads import register_processor, take_payloads
 from collector.config import CollectorConfig
-from collector.dialects import RESULT_KEYS, SpanData, classify
+from collector.dialects import RESULT_KEYS, SpanData, classify, gen_ai_events
 from collector.errors import StoreError
 from collector.forward import Forwarder, with_payloads
 from collector.pipeline import Item, Pipeline
@@ -59,6 +59,7 @@ def span_data(span: ReadableSpan, source: str = "process") -> SpanData:
         status_message=status.description,
         dropped_attributes=span.dropped_attributes,
         source=source,
+        events=gen_ai_events((e.name, e.attributes or {}) for e in span.events) if span.events else (),
     )
 
 

@@ -48,7 +48,7 @@ from collector.dialects import LLM, TOOL, classify
 from collector.errors import InputError, StoreError
 from collector.lake import LakeSpec, is_lake
 from collector.otlp_decode import JSON, PROTOBUF, Decoded, decode_logs, decode_traces
-from collector.pipeline import Item, Pipeline
+from collector.pipeline import Item, Pipeline, interleaved
 from collector.store import Batch, read_progress
 
 logger = logging.getLogger("toolmeter")
@@ -207,8 +207,7 @@ class Receiver:
                 logger.error("toolmeter receiver: spooled request no longer decodes: %s", e)
         # interleaved chunks, at least two per worker: a few megabyte results must not all
         # land on one thread while the other idles
-        n_chunks = max(self.rc.workers * 2, -(-len(items) // 128))
-        chunks = [items[i::n_chunks] for i in range(n_chunks) if items[i::n_chunks]] or [[]]
+        chunks = interleaved(items, max(self.rc.workers * 2, -(-len(items) // 128)))
         batch = Batch()
         for part in self._pool.map(self.pipeline.build_batch, chunks):
             batch.extend(part)

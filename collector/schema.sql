@@ -147,9 +147,19 @@ CREATE TABLE IF NOT EXISTS message_views (
     tokens        BIGINT,             -- counted here only in numbers-only stores (no blob)
     blob_id       VARCHAR,            -- the text, in the payload store
     inline        BLOB,               -- the text itself (DuckLake stores keep no payload files)
+    tool_name     VARCHAR,            -- the tool the model called, from its earlier tool call
+    position      INTEGER,            -- order among the tool responses of that input
+    llm_start_ns  BIGINT,             -- when the LLM call that carried it started
+    service_name  VARCHAR,
+    dialect       VARCHAR,
     PRIMARY KEY (trace_id, tool_call_id)
 );
 ALTER TABLE message_views ADD COLUMN IF NOT EXISTS inline BLOB;
+ALTER TABLE message_views ADD COLUMN IF NOT EXISTS tool_name VARCHAR;
+ALTER TABLE message_views ADD COLUMN IF NOT EXISTS position INTEGER;
+ALTER TABLE message_views ADD COLUMN IF NOT EXISTS llm_start_ns BIGINT;
+ALTER TABLE message_views ADD COLUMN IF NOT EXISTS service_name VARCHAR;
+ALTER TABLE message_views ADD COLUMN IF NOT EXISTS dialect VARCHAR;
 
 -- Batches committed to a DuckLake store, one row each, written in the batch's own
 -- transaction: a writer that retries a commit whose outcome it could not see (the catalog

@@ -137,6 +137,11 @@ _MESSAGE_SCHEMA = pa.schema(
         ("tokens", pa.int64()),
         ("blob_id", pa.string()),
         ("inline", pa.binary()),
+        ("tool_name", pa.string()),
+        ("position", pa.int32()),
+        ("llm_start_ns", pa.int64()),
+        ("service_name", pa.string()),
+        ("dialect", pa.string()),
     ]
 )
 _ISSUE_SCHEMA = pa.schema(
@@ -197,6 +202,11 @@ class WriteResult:
     """Tool calls of ``Batch.join_traces`` still showing the raw although an LLM call's input
     carried their response: read in the same connection as the write, with their stored raw
     payload's location (``raw_inline``, ``raw_blob_id``, ``raw_cut``)."""
+    idless_calls: list[dict[str, Any]] = field(default_factory=list)
+    """Tool calls of those traces with no call id and no view yet (to match by the conversation),
+    with their stored raw payload's location."""
+    unclaimed_views: list[dict[str, Any]] = field(default_factory=list)
+    """Message views of those traces that no stored tool call has the id of."""
 
 
 def rows_as_dicts(cur: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
@@ -551,13 +561,25 @@ class Store:
                         con.close()
         raise AssertionError("unreachable")
 
-    def replace_tool_rows(self, rows: list[dict[str, Any]], payload_rows: list[dict[str, Any]]) -> None:
-        """Rewrite tool-call rows (after a late join) in one transaction."""
+    def replace_tool_rows(
+        self,
+        rows: list[dict[str, Any]],
+        payload_rows: list[dict[str, Any]],
+        drop: list[tuple[str, str]] = (),  # type: ignore[assignment]
+    ) -> None:
+        """Rewrite tool-call rows (after a late join) in one transaction; ``drop`` (trace, span) rows go
+        (calls derived from the messages that a tool span now stands for)."""
         if not rows:
             return
         lake = self.lake is not None
 
         def work(con: duckdb.DuckDBPyConnection) -> None:
+            if drop:
+                keys = [f"{t}:{sp}" for t, sp in drop]
+                for table in ("tool_calls", "payloads"):
+                    con.execute(
+                        f"DELETE FROM {table} WHERE trace_id || ':' || span_id IN (SELECT unnest(?::VARCHAR[]))", [keys]
+                    )
             con.register("tool_batch", pa.Table.from_pylist(rows, schema=_TOOL_SCHEMA))
             columns = [f.name for f in _TOOL_SCHEMA if f.name not in ("trace_id", "span_id")]
             assignments = ", ".join(f'"{c}" = b."{c}"' for c in columns)
@@ -604,6 +626,17 @@ class Store:
         if batch.tool_rows:
             con.register("tool_batch", pa.Table.from_pylist(batch.tool_rows, schema=_TOOL_SCHEMA))
             registered.append("tool_batch")
+            # a call derived from the messages gives way to the tool span of the same call id
+            derived = """FROM tool_calls d WHERE d.origin = 'messages'
+                         AND d.trace_id IN (SELECT trace_id FROM tool_batch WHERE tool_call_id IS NOT NULL) AND EXISTS (SELECT 1 FROM tool_batch b
+                         WHERE b.trace_id = d.trace_id AND b.tool_call_id = d.tool_call_id AND b.origin <> 'messages')"""
+            gone = con.execute(f"SELECT d.trace_id, d.span_id {derived}").fetchall()
+            if gone:
+                keys = [f"{t}:{sp}" for t, sp in gone]
+                for table in ("tool_calls", "payloads"):
+                    con.execute(
+                        f"DELETE FROM {table} WHERE trace_id || ':' || span_id IN (SELECT unnest(?::VARCHAR[]))", [keys]
+                    )
             tools = _insert_new(con, "tool_calls", "tool_batch", ("trace_id", "span_id"), lake,
                                 "*, make_timestamp(start_ns // 1000) AS start_time", by_start=True)  # fmt: skip
         if batch.llm_rows:
@@ -611,6 +644,16 @@ class Store:
             registered.append("llm_batch")
             llms = _insert_new(con, "llm_calls", "llm_batch", ("trace_id", "span_id"), lake,
                                "*, make_timestamp(start_ns // 1000) AS start_time", by_start=True)  # fmt: skip
+            # a model-call span around another one (ADK's call_llm around generate_content) is
+            # one call: the inner one, which made the request, is kept
+            row = con.execute(
+                """DELETE FROM llm_calls WHERE trace_id IN (SELECT trace_id FROM llm_batch)
+                   AND trace_id || ':' || span_id IN (
+                       SELECT trace_id || ':' || parent_span_id FROM llm_calls
+                       WHERE trace_id IN (SELECT trace_id FROM llm_batch) AND parent_span_id IS NOT NULL)"""
+            ).fetchone()
+            wrappers = int(row[0]) if row else 0
+            llms -= min(wrappers, llms)
         if registered:
             _update_later_llm_calls(con, registered)
         for name in registered:
@@ -655,11 +698,37 @@ class Store:
                 con.execute(
                     """SELECT t.*, m.bytes AS message_bytes, m.tokens AS message_tokens, m.blob_id AS message_blob_id,
                               m.inline AS message_inline,
-                              p.inline AS raw_inline, p.blob_id AS raw_blob_id, p.cut AS raw_cut
+                              p.inline AS raw_inline, p.blob_id AS raw_blob_id, p.cut AS raw_cut,
+                              p.head_bytes AS raw_head_bytes, p.tail_bytes AS raw_tail_bytes
                        FROM tool_calls t JOIN message_views m USING (trace_id, tool_call_id)
                        LEFT JOIN payloads p ON p.trace_id = t.trace_id AND p.span_id = t.span_id AND p.kind = 'raw'
                        WHERE t.view_source = 'raw' AND t.trace_id IN (SELECT unnest(?::VARCHAR[]))""",
                     [batch.join_traces],
                 )
             )
-        return WriteResult(tools, llms, duplicates, pending)
+        idless: list[dict[str, Any]] = []
+        unclaimed: list[dict[str, Any]] = []
+        if batch.join_traces:
+            idless = rows_as_dicts(
+                con.execute(
+                    """SELECT t.*, p.inline AS raw_inline, p.blob_id AS raw_blob_id, p.cut AS raw_cut,
+                              p.head_bytes AS raw_head_bytes, p.tail_bytes AS raw_tail_bytes
+                       FROM tool_calls t
+                       LEFT JOIN payloads p ON p.trace_id = t.trace_id AND p.span_id = t.span_id AND p.kind = 'raw'
+                       WHERE t.tool_call_id IS NULL AND t.view_source = 'raw'
+                         AND t.trace_id IN (SELECT unnest(?::VARCHAR[]))""",
+                    [batch.join_traces],
+                )
+            )
+            unclaimed = rows_as_dicts(
+                con.execute(
+                    """SELECT m.*, (SELECT any_value(d.span_id) FROM tool_calls d WHERE d.trace_id = m.trace_id
+                                      AND d.tool_call_id = m.tool_call_id AND d.origin = 'messages') AS derived_span_id
+                       FROM message_views m
+                       WHERE m.trace_id IN (SELECT unnest(?::VARCHAR[]))
+                         AND NOT EXISTS (SELECT 1 FROM tool_calls t WHERE t.trace_id = m.trace_id
+                                         AND t.tool_call_id = m.tool_call_id AND t.origin IS DISTINCT FROM 'messages')""",
+                    [batch.join_traces],
+                )
+            )
+        return WriteResult(tools, llms, duplicates, pending, idless, unclaimed)

@@ -24,6 +24,8 @@ Forms read (each as its owner emits it):
 * ``strands_tool_result``: ``{"toolUseId": ..., "status": ..., "content": [{"text": ...} |
   {"json": ...}]}``;
 * ``adk_function_response``: ``{"result": ...}`` on ADK's ``gcp.vertex.agent.tool_response``;
+* ``llamaindex_tool_output``: ``{"blocks": [{"text": ...}], "tool_name": ..., "raw_input": ...,
+  "raw_output": ..., "is_error": ...}`` (OpenInference's ``output.value`` for LlamaIndex tools);
 * ``json_string``: a result that is the JSON encoding of a string (``"\\"hello\\""``).
 """
 
@@ -36,7 +38,7 @@ from typing import Any
 
 ADK_TOOL_RESPONSE = "gcp.vertex.agent.tool_response"
 
-_MARKERS = ('"lc"', '"type"', '"text"', '"content"', '"structuredContent"', '"toolUseId"', '"output"', '"result"',
+_MARKERS = ('"lc"', '"blocks"', '"type"', '"text"', '"content"', '"structuredContent"', '"toolUseId"', '"output"', '"result"',
             '"kwargs"')  # fmt: skip
 """One of these within the first bytes of a JSON value means it may be an envelope: only then
 is it parsed here (a 92 KB list of rows is not parsed twice for nothing)."""
@@ -134,6 +136,11 @@ def _open(value: Any, key: str | None, depth: int = 0) -> tuple[str | None, str 
         if not blocks and value.get("structuredContent") is not None:
             return _as_text(value["structuredContent"]), "mcp_call_tool_result", None, None
         return None, None, None, f"MCP CallToolResult with {problem or 'no text content'}"
+    if isinstance(value.get("blocks"), list) and "raw_output" in value and "tool_name" in value:
+        text, problem = _blocks_text(value["blocks"])  # LlamaIndex's ToolOutput: the blocks are its content
+        if text is not None:
+            return text, "llamaindex_tool_output", None, None
+        return None, None, None, f"LlamaIndex ToolOutput with {problem or 'no text blocks'}"
     if key == ADK_TOOL_RESPONSE and set(value) == {"result"}:
         return _as_text(value["result"]), "adk_function_response", None, None
     if depth == 0:

@@ -24,18 +24,22 @@ def gen_ai_messages(call_id: str, shown: str) -> str:
     ])  # fmt: skip
 
 
+def pairs(attrs: dict) -> list[tuple[str, str]]:  # type: ignore[type-arg]
+    return [(r.call_id, r.text) for r in tool_responses(attrs)]
+
+
 def test_tool_responses_in_each_dialect() -> None:
-    assert tool_responses({"gen_ai.input.messages": gen_ai_messages("c1", "hi")}) == [("c1", "hi")]
+    assert pairs({"gen_ai.input.messages": gen_ai_messages("c1", "hi")}) == [("c1", "hi")]
     oi = {"llm.input_messages.0.message.role": "user", "llm.input_messages.0.message.content": "q",
           "llm.input_messages.1.message.role": "tool", "llm.input_messages.1.message.tool_call_id": "c2",
           "llm.input_messages.1.message.content": "shown"}  # fmt: skip
-    assert tool_responses(oi) == [("c2", "shown")]
+    assert pairs(oi) == [("c2", "shown")]
     tl = {"gen_ai.prompt.3.role": "tool", "gen_ai.prompt.3.tool_call_id": "c3", "gen_ai.prompt.3.content": "x"}
-    assert tool_responses(tl) == [("c3", "x")]
+    assert pairs(tl) == [("c3", "x")]
     structured = json.dumps(
         [{"role": "tool", "parts": [{"type": "tool_call_response", "id": "c4", "response": {"a": 1}}]}]
     )
-    assert tool_responses({"gen_ai.input.messages": structured}) == [("c4", '{"a": 1}')]
+    assert pairs({"gen_ai.input.messages": structured}) == [("c4", '{"a": 1}')]
 
 
 def _run(provider: TracerProvider, processor: ToolResultProcessor, flush_between: bool) -> None:

@@ -76,7 +76,9 @@ def test_an_envelope_that_cannot_be_opened_says_why() -> None:
     call, issues = extract_tool_call(span("execute_tool screenshot", {"gen_ai.operation.name": "execute_tool",
                                                                       "gen_ai.tool.call.result": blocks}))  # fmt: skip
     assert call.raw == blocks
-    assert any("measured as given, wrapper included" in i.message and i.field == "gen_ai.tool.call.result" for i in issues)
+    assert any(
+        "measured as given, wrapper included" in i.message and i.field == "gen_ai.tool.call.result" for i in issues
+    )
 
 
 def test_strings_as_given_where_the_owner_records_them_so() -> None:
@@ -115,7 +117,7 @@ def test_ai_sdk_string_result_is_not_read_as_truncated(counter) -> None:  # type
     # JSON.stringify(output) on the tool span; the decoded text in the next call's input
     attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "fetch_logs",
              "gen_ai.tool.call.id": "c1", "gen_ai.tool.call.result": json.dumps("line 1\nline 2 \"quoted\"\n")}  # fmt: skip
-    call, _ = extract_tool_call(span("execute_tool fetch_logs", attrs), view="line 1\nline 2 \"quoted\"\n")
+    call, _ = extract_tool_call(span("execute_tool fetch_logs", attrs), view='line 1\nline 2 "quoted"\n')
     row, _ = measure(call, counter)
     assert row["truncated"] is False and row["raw_wrapper"] == "json_string"
 

@@ -14,7 +14,8 @@ from collector.store import read_connection
 from collector.tokens import TokenCounter
 
 COLUMNS = ("tool_name", "tool_call_id", "raw_bytes", "raw_tokens", "view_bytes", "view_tokens", "view_source",
-           "truncated", "truncation_kind", "warnings", "dialect", "shape", "schema_fingerprint")  # fmt: skip
+           "truncated", "truncation_kind", "warnings", "dialect", "shape", "schema_fingerprint", "view_join", "origin",
+           "raw_wrapper")  # fmt: skip
 
 
 @dataclass

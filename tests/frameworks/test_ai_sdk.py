@@ -134,9 +134,8 @@ def test_ai_sdk_legacy(run_ai_sdk, counter) -> None:  # type: ignore[no-untyped-
     """``LegacyOpenTelemetry`` integration: ai.generateText / .doGenerate / ai.toolCall spans, ai.*."""
     run = run_ai_sdk("legacy", "ai_sdk_legacy")
     _common(run)
-    # GAP: view not joined (view_source raw); warnings [] for all three tools: the model's input is
-    # only in ai.prompt.messages of ai.generateText.doGenerate ({role: tool, content: [{type:
-    # tool-result, toolCallId, toolName, output: {type: text, value}}]}), which the collector does not read.
-    rows = check_run(run, counter, raw=True, view=False)
+    # the model's input is in ai.prompt.messages of ai.generateText.doGenerate ({role: tool, content: [{type:
+    # tool-result, toolCallId, toolName, output: {type: text, value}}]})
+    rows = check_run(run, counter, raw=True, view=True)
     assert len(rows) == 3
     assert llm_count(run.db) == len(run.model_requests)  # the two doGenerate spans; ai.generateText is not counted
