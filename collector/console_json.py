@@ -18,7 +18,11 @@ per line. Each object looks like::
         "resource": {"attributes": {...}, "schema_url": ""}
     }
 
-Times have microsecond precision (the SDK prints them so). The objects are parsed one
+Times have microsecond precision (the SDK prints them so). Other projects publish the same
+objects in variants, all read here: a ``{"spans": [...]}`` wrapper or a JSON array of them,
+ids as decimal integers or hex without ``0x``, times as integer nanoseconds, the context's
+ids at the top level (``trace_id``, ``span_id``), and the parent as ``parent_id``,
+``parent_span_id`` or a ``parent`` object (``{"trace_id", "span_id"}``). The objects are parsed one
 after another with :meth:`json.JSONDecoder.raw_decode`; an object that cannot be parsed
 becomes an :class:`Issue` naming its number and character offset, and reading resumes at
 the next line that starts with ``{`` (every object starts on a line of its own; the
@@ -41,11 +45,11 @@ _SNIFF_CHARS = 4096
 
 
 def looks_like_console_json(text: str) -> bool:
-    """Whether ``text`` starts like ConsoleSpanExporter output (not OTLP/JSON)."""
+    """Whether ``text`` starts like ``ReadableSpan.to_json()`` output (not OTLP/JSON)."""
     head = text[:_SNIFF_CHARS]
-    if not head.lstrip().startswith("{") or '"resourceSpans"' in head:
+    if not head.lstrip().startswith(("{", "[")) or '"resourceSpans"' in head:
         return False
-    return '"context"' in head and '"trace_id"' in head and '"span_id"' in head
+    return '"trace_id"' in head and '"span_id"' in head
 
 
 def iso_to_ns(value: str) -> int:
@@ -86,16 +90,28 @@ def _hex_id(value: Any, length: int, name: str) -> str:
         digits = value[2:] if value[:2] in ("0x", "0X") else value
         if len(digits) == length and all(c in _HEX for c in digits):
             return digits.lower()
-    raise _BadField(name, f"{name} must be 0x followed by {length} hex digits, got {value!r}")
+        if digits.isdigit() and value[:2] not in ("0x", "0X"):
+            value = int(digits)  # a decimal id written as a string
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 16**length:
+        return f"{value:0{length}x}"
+    raise _BadField(name, f"{name} must be {length} hex digits (0x optional) or a decimal integer, got {value!r}")
+
+
+MAX_TIME_NS = 2**63 - 1
 
 
 def _time(value: Any, name: str) -> int:
     if isinstance(value, str):
-        try:
-            return iso_to_ns(value)
-        except ValueError:
-            pass
-    raise _BadField(name, f"{name} must be an ISO 8601 time, got {value!r}")
+        if value.strip().isdigit():
+            value = int(value)
+        else:
+            try:
+                return iso_to_ns(value)
+            except ValueError:
+                pass
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= MAX_TIME_NS:
+        return int(value)
+    raise _BadField(name, f"{name} must be an ISO 8601 time or integer nanoseconds, got {value!r}")
 
 
 def _mapping(value: Any, name: str) -> dict[str, Any]:
@@ -110,9 +126,13 @@ def _span(obj: Any, source: str) -> SpanData:
     if not isinstance(obj, dict):
         raise _BadField(None, f"is a JSON {type(obj).__name__}, not a span object")
     context = obj.get("context")
+    if context is None and "trace_id" in obj and "span_id" in obj:
+        context = obj
     if not isinstance(context, dict):
         raise _BadField("context", "context must be an object with trace_id and span_id")
-    parent = obj.get("parent_id")
+    parent = obj.get("parent_id", obj.get("parent_span_id"))
+    if isinstance(obj.get("parent"), dict):
+        parent = obj["parent"].get("span_id")
     start_ns = _time(obj.get("start_time"), "start_time")
     end = obj.get("end_time")
     status = _mapping(obj.get("status"), "status")
@@ -157,16 +177,30 @@ def read_console_spans(text: str, source: str, issues: list[Issue]) -> Iterator[
             pos = resume + 1
             continue
         pos = end
-        try:
-            span = _span(obj, source)
-        except _BadField as e:
-            trace_id = span_id = None
-            if isinstance(obj, dict) and isinstance(obj.get("context"), dict):
-                trace_id = _id_or_none(obj["context"].get("trace_id"), 32)
-                span_id = _id_or_none(obj["context"].get("span_id"), 16)
-            issues.append(Issue(source, f"{where}: {e}; span skipped", trace_id, span_id, e.field))
-            continue
-        yield span
+        if isinstance(obj, dict) and isinstance(obj.get("spans"), list) and "name" not in obj:
+            objects: list[Any] = obj["spans"]  # a {"spans": [...]} wrapper
+        elif isinstance(obj, list):
+            objects = obj
+        else:
+            objects = [obj]
+        for n, one in enumerate(objects):
+            label = where if len(objects) == 1 else f"{where} span {n}"
+            span = _read_one(one, source, label, issues)
+            if span is not None:
+                yield span
+
+
+def _read_one(obj: Any, source: str, where: str, issues: list[Issue]) -> SpanData | None:
+    """One span object, or None with an issue naming the field that cannot be read."""
+    try:
+        return _span(obj, source)
+    except _BadField as e:
+        trace_id = span_id = None
+        if isinstance(obj, dict) and isinstance(obj.get("context"), dict):
+            trace_id = _id_or_none(obj["context"].get("trace_id"), 32)
+            span_id = _id_or_none(obj["context"].get("span_id"), 16)
+        issues.append(Issue(source, f"{where}: {e}; span skipped", trace_id, span_id, e.field))
+        return None
 
 
 def _id_or_none(value: Any, length: int) -> str | None:

@@ -231,6 +231,23 @@ def read_file(path: str, issues: list[Issue]) -> Iterator[SpanData]:
         return
     try:
         request = json.loads(text)
+        if isinstance(request, dict) and isinstance(request.get("spans"), list) and "resourceSpans" not in request:
+            from collector.console_json import read_console_spans
+
+            yield from read_console_spans(text, path, issues)  # a {"spans": [...]} wrapper of to_json() objects
+            return
+        if not isinstance(request, dict) or "resourceSpans" not in request:
+            what = (
+                type(request).__name__
+                if not isinstance(request, dict)
+                else "object with keys " + ", ".join(sorted(request)[:8])
+            )
+            raise InputError(
+                f"{path}: a JSON {what}, which is not a trace file toolmeter reads. Expected an OTLP/JSON "
+                "ExportTraceServiceRequest ('resourceSpans'), one per line, ConsoleSpanExporter / "
+                "ReadableSpan.to_json() output (objects with 'context' or 'trace_id' and 'span_id', alone, in a "
+                "list or under 'spans'), or OTLP protobuf"
+            )
         yield from spans_from_request(request, path, issues)
         return
     except json.JSONDecodeError as whole_error:
