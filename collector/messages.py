@@ -77,7 +77,7 @@ class _Conversation:
             return
         cid = _call_id(call_id)
         if name:
-            self.names[cid] = str(name)
+            self.names[cid] = _call_id(name)
         self.pending.append(cid)
 
     def response(self, call_id: Any, name: Any, text: str) -> None:
@@ -86,7 +86,7 @@ class _Conversation:
             cid = self.pending[0]  # the next call still waiting for its result
         if cid is not None and cid in self.pending:
             self.pending.remove(cid)
-        self.responses.append((cid, str(name) if name else None, text))
+        self.responses.append((cid, _call_id(name) if name else None, text))
 
 
 def _text(value: Any) -> str:

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 from collector import matching
 from collector.config import CollectorConfig
 from collector.dialects import LLM, TOOL, SpanData, extract_llm_call, extract_tool_call
-from collector.measure import infer_retained, measure, merge_ranges, truncation_kind
+from collector.measure import infer_retained, measure, merge_ranges, truncation_kind, without_surrogates
 from collector.messages import MESSAGE_EVENTS, OPERATION_DETAILS, ToolResponse, responses_from_logs, tool_responses
 from collector.metrics import ToolMetrics
 from collector.model import Issue, ToolCall
@@ -342,7 +342,8 @@ class Pipeline:
         pending = []
         claimed: set[tuple[str, str]] = set()
         drop: list[tuple[str, str]] = []
-        for i, (o, how) in matching.match(calls, offered).items():
+        pairs = matching.match(calls, offered)
+        for i, (o, how) in pairs.items():
             old = dict(result.idless_calls[i])
             v = next(v for v in views if (v["trace_id"], v["tool_call_id"]) == (o.trace_id, o.call_id))
             if v.get("derived_span_id"):  # recorded from the messages before its tool span arrived
@@ -352,9 +353,20 @@ class Pipeline:
             pending.append(old)
             claimed.add((o.trace_id, o.call_id))
         changed = self.join_late_views(pending, drop) if pending else 0
+        unjoined = []
+        for i, r in enumerate(result.idless_calls):
+            later = [o for o in offered if o.trace_id == r["trace_id"] and o.llm_start_ns >= r["end_ns"]]
+            if i in pairs or not later or any(NO_VIEW_WARNING in w for w in r["warnings"] or []):
+                continue
+            row = dict(r)
+            row["warnings"] = [*(r["warnings"] or []), NO_VIEW_WARNING + (
+                "its span carries no result to compare, and more than one call or response of this tool meet there"
+                if r["raw_bytes"] is None else "no response of this tool there matches its result")]  # fmt: skip
+            unjoined.append(row)
+        if unjoined:
+            self.store.replace_tool_rows(unjoined, [])
         # responses no tool span claims, in traces with no id-less call of that tool left to claim them
-        waiting = {(r["trace_id"], r["tool_name"]) for i, r in enumerate(result.idless_calls)
-                   if i not in {k for k in matching.match(calls, offered)}}  # fmt: skip
+        waiting = {(r["trace_id"], r["tool_name"]) for i, r in enumerate(result.idless_calls) if i not in pairs}
         derived = [v for v in views if (v["trace_id"], v["tool_call_id"]) not in claimed
                    and (v["trace_id"], v["tool_name"]) not in waiting and v["llm_start_ns"] is not None
                    and not v.get("derived_span_id")]  # fmt: skip
@@ -471,6 +483,8 @@ class SpanLike(NamedTuple):
     attributes: Any
 
 
+NO_VIEW_WARNING = "no view joined (the tool span has no call id): "
+
 _ORDER_WARNING = (
     "view joined by the conversation (the only call and response of this tool around that model call), "
     "not by a call id; the span carried no result to confirm it",
@@ -486,7 +500,7 @@ def _offered(r: ToolResponse, span: SpanLike) -> matching.Offered:
 
 
 def _str(value: Any) -> str | None:
-    return None if value is None else str(value)
+    return None if value is None else without_surrogates(str(value))[0]
 
 
 def _llm_dialect(attrs: Any) -> str:

@@ -50,7 +50,7 @@ CREATE TABLE IF NOT EXISTS tool_calls (
     raw_wrapper         VARCHAR,            -- framework envelope removed from the result (collector/wrappers.py)
     wrapper_bytes       BIGINT,             -- bytes the envelope added around the raw result
     wrapper_tokens      BIGINT,             -- tokens the envelope added
-    view_join           VARCHAR,            -- how a message view was matched: call_id | order_content
+    view_join           VARCHAR,            -- how a message view was matched: call_id | order_content | order
     origin              VARCHAR,            -- span | log | messages (derived from an LLM call's input)
     PRIMARY KEY (trace_id, span_id)
 );

@@ -80,6 +80,8 @@ def test_no_join_on_a_guess(provider_with, db_path: str) -> None:  # type: ignor
             pass
     assert processor.force_flush()
     assert rows(db_path, "tool_call_id, view_source, origin") == [(None, "raw", "span"), (None, "raw", "span")]
+    for (warnings,) in rows(db_path, "warnings"):  # and each says why
+        assert any("no view joined (the tool span has no call id)" in w for w in warnings)
 
 
 def test_calls_derived_from_messages_give_way_to_a_later_tool_span(provider_with, db_path: str, counter) -> None:  # type: ignore[no-untyped-def]

@@ -592,8 +592,9 @@ def check_mixed_batch(
         rows = {
             r[0]: r[1:]
             for r in con.execute(
+                # calls derived from hostile LLM inputs' tool responses are legitimate rows of their own
                 "SELECT span_id, raw_bytes, raw_tokens, raw_tokens_exact, warnings, tool_name "
-                "FROM tool_calls WHERE trace_id = ?",
+                "FROM tool_calls WHERE trace_id = ? AND origin IS DISTINCT FROM 'messages'",
                 [trace],
             ).fetchall()
         }
@@ -940,7 +941,8 @@ def test_tool_responses_of_any_shape_are_read_without_raising() -> None:
     attrs = {f"llm.input_messages.{huge}.message.role": "tool", f"llm.input_messages.{huge}.message.tool_call_id": "c",
              "llm.input_messages.0.message.role": "tool", "llm.input_messages.0.message.tool_call_id": "c\ud800",
              "llm.input_messages.0.message.content": [b"\xff", math.nan]}  # fmt: skip
-    assert tool_responses(attrs) == [("c\ufffd", json.dumps([str(b"\xff"), math.nan]))]  # bytes as their repr
+    got = [(r.call_id, r.text) for r in tool_responses(attrs)]
+    assert got == [("c\ufffd", json.dumps([str(b"\xff"), math.nan]))]  # bytes as their repr
     assert tool_responses({"gen_ai.input.messages": [{"parts": 5}, {"parts": [{"type": "tool_call_response"}]}]}) == []
 
 
