@@ -1,4 +1,4 @@
-"""The ``toolmeter`` command: ingest, top, dashboard, demo.
+"""The ``toolmeter`` command: ingest, top, doctor, dashboard, demo.
 
 Errors toolmeter raises on purpose become one line on stderr and exit code 2; ``ingest``
 exits 1 when a file could not be read at all (the others are still loaded).
@@ -110,6 +110,49 @@ def cmd_top(args: argparse.Namespace) -> int:
         print(
             f"\nnote: collectors dropped {totals['dropped']} and failed {totals['failed']} span(s); see collector_stats"
         )
+    return 0
+
+
+def _doctor_table(rows: list[dict[str, Any]]) -> list[str]:
+    header = (
+        f"{'service':<20} {'dialect':<13} {'calls':>6} {'raw':>5} {'view':>5} {'call id':>7} "
+        f"{'joined id/ord+cont/ord':>22} {'from msgs':>9} {'envelopes (+tokens)':>19} {'LLM calls':>9}"
+    )
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        joined = f"{r['joined_by_call_id']}/{r['joined_by_order_content']}/{r['joined_by_order']}"
+        envelopes = f"{r['envelopes_removed']} (+{_fmt_tokens(r['wrapper_tokens'])})" if r["envelopes_removed"] else "0"
+        lines.append(
+            f"{str(r['service'] or '-')[:20]:<20} {str(r['dialect'] or '-')[:13]:<13} {r['calls']:>6} "
+            f"{_pct(r['raw_rate']):>5} {_pct(r['view_rate']):>5} {_pct(r['call_id_rate']):>7} {joined:>22} "
+            f"{r['from_messages']:>9} {envelopes:>19} {r['llm_calls']:>9}"
+        )
+    return lines
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from collector.coverage import check_store, coverage
+
+    with read_connection(args.db) as con:
+        check_store(con, redact(args.db))
+        rows = coverage(con)
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    if not rows:
+        print(f"no tool calls or LLM calls in {redact(args.db)} yet")
+        return 0
+    print(f"coverage of {redact(args.db)}: share of tool calls with a measured raw result, a view the model was")
+    print("shown (joined from its input messages or declared; otherwise the raw is assumed), and a call id\n")
+    for line in _doctor_table(rows):
+        print(line)
+    hinted = [r for r in rows if r["hints"]]
+    if hinted:
+        print("\nhints (only where a gap exists):")
+    for r in hinted:
+        print(f"\n{r['service'] or '-'} / {r['dialect'] or '-'}:")
+        for hint in r["hints"]:
+            print(f"  - {hint}")
     return 0
 
 
@@ -412,6 +455,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(func=cmd_top)
+
+    p = sub.add_parser(
+        "doctor", help="coverage: per service and dialect, how many tool calls had a raw, a view, a call id"
+    )
+    _store_arguments(p, db_default)
+    p.add_argument("--json", action="store_true", help="print a JSON list (keys: see collector/coverage.py)")
+    p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("serve", help="receive OTLP traces and logs (HTTP and gRPC) from agents in any language")
     _store_arguments(p, db_default)

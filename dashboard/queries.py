@@ -14,6 +14,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
+from collector import coverage as cov
 from collector.alerts import schema_diff
 from collector.report import Filters, collector_totals, ranking
 from collector.store import rows_as_dicts
@@ -324,3 +325,12 @@ def before_after_histogram(con: duckdb.DuckDBPyConnection, tool: str, evidence: 
     """
     b, a = evidence["before"], evidence["after"]
     return _df(con, sql, [a["start"], tool, b["start"], a["end"]])
+
+
+# --- coverage ------------------------------------------------------------------------------
+
+
+def coverage(con: duckdb.DuckDBPyConnection, filters: Filters) -> list[dict[str, Any]]:
+    """Per service and dialect: shares of tool calls with a raw, a view, a call id, and the hints
+    (``collector.coverage``). Only the time range and services apply: LLM calls have no tool or encoding."""
+    return cov.coverage(con, Filters(since=filters.since, until=filters.until, services=filters.services))

@@ -72,6 +72,7 @@ pages = [
     st.Page("app_pages/tool_detail.py", title="Tool detail", icon=":material/query_stats:", url_path="tool"),
     st.Page("app_pages/replay.py", title="Trace replay", icon=":material/replay:", url_path="replay"),
     st.Page("app_pages/alerts.py", title="Alerts", icon=":material/notifications:", url_path="alerts"),
+    st.Page("app_pages/coverage.py", title="Coverage", icon=":material/fact_check:", url_path="coverage"),
 ]
 nav = st.navigation(pages)
 if filters is None:
