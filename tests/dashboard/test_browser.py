@@ -130,3 +130,14 @@ def test_alerts_in_a_browser(page, dashboard_url: str) -> None:  # type: ignore[
     body = page.inner_text("body")
     assert "search_orders · schema change · 2026-11-16" in body and "raw_payload" in body
     page.screenshot(path=str(SHOTS / "alerts.png"), full_page=True)
+
+
+def test_coverage_in_a_browser(page, dashboard_url: str) -> None:  # type: ignore[no-untyped-def]
+    page.goto(f"{dashboard_url}/coverage")
+    _settle(page, "Coverage", charts=0)
+    body = page.inner_text("body")
+    assert "support-agent" in body and "Hints" in body
+    grid = page.locator('[data-testid="stDataFrame"] canvas').first
+    grid.wait_for(timeout=60_000)
+    page.wait_for_timeout(1000)  # the grid paints its cells on a canvas after it is attached
+    page.screenshot(path=str(SHOTS / "coverage.png"), full_page=True)
