@@ -101,6 +101,9 @@ _JSON_ENCODED_KEYS = frozenset({A.MLFLOW_SPAN_OUTPUTS, A.AI_TOOL_CALL_RESULT, A.
 _EXECUTE_TOOL_PREFIX = "execute_tool "
 _INVOKE_AGENT_PREFIX = "invoke_agent"
 _LLAMAINDEX_PREPARE = "._prepare_chat_with_tools"
+_LIFECYCLE_EVENTS = frozenset({"start", "success", "error", "retry", "finish"})
+"""Names of the TOOL-kind spans BeeAI's OpenInference instrumentation adds under a tool span for
+each emitter event (no ``tool.name``, no duration): events of the call, not calls."""
 _TOOL_SPAN_NAMES = (
     re.compile(r"^execute_tool (?P<name>.+)$"),
     re.compile(r"^running tool:? (?P<name>.+)$"),
@@ -191,6 +194,8 @@ def classify(name: str, attrs: Mapping[str, Any] | None) -> str | None:
     oi = attrs.get(A.OPENINFERENCE_SPAN_KIND)
     if oi is not None:
         oi = str(oi).upper()
+        if oi == "TOOL" and name in _LIFECYCLE_EVENTS and A.OI_TOOL_NAME not in attrs:
+            return None  # BeeAI's zero-length child spans, one per event of the call (the parent is the call)
         return TOOL if oi == "TOOL" else LLM if oi == "LLM" else None
     tl = attrs.get(A.TRACELOOP_SPAN_KIND)
     if tl is not None:

@@ -178,3 +178,12 @@ def test_coverage_is_stored(counter) -> None:  # type: ignore[no-untyped-def]
     row, _ = measure(call, counter)
     assert row["retained_ranges"] == [[0, 1000]]
     assert row["retained_coverage"] == pytest.approx(1000 / len(view.encode()))
+
+
+def test_event_spans_under_a_tool_span_are_not_calls() -> None:
+    # BeeAI through OpenInference: the tool span, and a TOOL-kind child span per emitter event
+    call = {"openinference.span.kind": "TOOL", "tool.name": "get_status", "output.value": SMALL}
+    assert classify("get_status", call) == TOOL
+    for event in ("start", "success", "finish", "error", "retry"):
+        child = {"openinference.span.kind": "TOOL", "input.value": "{}", "metadata.path": "tool.get_status." + event}
+        assert classify(event, child) is None
