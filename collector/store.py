@@ -225,12 +225,14 @@ _LAKE_ONLY_DROPS = (
     re.compile(r" PRIMARY KEY"),
     re.compile(r" NOT NULL"),
     re.compile(r" DEFAULT \S+?(?=[,\s])"),
-    re.compile(r"^ALTER TABLE .*\n", re.MULTILINE),  # a new lake has every column already
 )
 
 
 def lake_schema_sql() -> str:
     """The DDL for a DuckLake store: the same tables without keys, NOT NULL or defaults.
+
+    The ``ADD COLUMN IF NOT EXISTS`` statements stay: they bring a lake made by an earlier
+    version up to date when a writer attaches it (a no-op on a lake that has the columns).
 
     DuckLake enforces no primary keys; the writers skip stored rows themselves.
     """

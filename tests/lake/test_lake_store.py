@@ -141,3 +141,21 @@ def test_cli_and_dashboard_work_on_a_lake(
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert "search_orders · schema change · 2026-11-16" in " ".join(m.value for m in at.markdown)
+
+
+def test_a_lake_made_by_an_earlier_version_gains_the_new_columns(
+    lake_store: str, file_store: tuple[str, list[str]]
+) -> None:
+    from collector import store as S
+
+    _, files = file_store
+    ingest_files(files[:1], CollectorConfig(db=lake_store))
+    con = S._lake_connect(lake_store, create=False)
+    con.execute("ALTER TABLE tool_calls DROP COLUMN origin")  # as a lake written before the column existed
+    con.close()
+    S._lake_schema_ready.clear()
+    L.close_all()
+    ingest_files(files[1:2], CollectorConfig(db=lake_store))
+    with read_connection(lake_store) as con:
+        row = con.execute("SELECT count(*) FILTER (WHERE origin = 'span'), count(*) FROM tool_calls").fetchone()
+    assert row is not None and 0 < row[0] < row[1]  # the earlier rows have no origin, the new ones do
