@@ -4,40 +4,15 @@
 openinference-instrumentation-langchain. Content is captured by default (OpenInference
 ``TraceConfig``: ``OPENINFERENCE_HIDE_INPUTS`` / ``_HIDE_OUTPUTS`` / ``_HIDE_INPUT_MESSAGES`` ...
 all default false); the driver passes an explicit all-visible ``TraceConfig()``. Spans only,
-no log events. ``create_agent`` is the LangGraph agent langgraph 1.x points to
-(``langgraph.prebuilt.create_react_agent`` is deprecated since langgraph 1.0); it returns a
-compiled LangGraph ``StateGraph`` (model node + ToolNode).
+no log events. The agent is ``langgraph_agent.build_agent``.
 """
 
 from __future__ import annotations
 
-import os
-
 import agentkit
+from langgraph_agent import build_agent
 from openinference.instrumentation import TraceConfig
 from openinference.instrumentation.langchain import LangChainInstrumentor
-
-
-def build_agent():  # type: ignore[no-untyped-def]
-    from langchain.agents import create_agent
-    from langchain_core.tools import tool
-    from langchain_openai import ChatOpenAI
-
-    @tool("search_orders", description=agentkit.DESCRIPTIONS["search_orders"])
-    def search_orders(status: str) -> str:
-        return agentkit.returned("search_orders", agentkit.orders(status))
-
-    @tool("fetch_logs", description=agentkit.DESCRIPTIONS["fetch_logs"])
-    def fetch_logs(pod: str) -> str:
-        return agentkit.returned("fetch_logs", agentkit.logs(pod))
-
-    @tool("get_status", description=agentkit.DESCRIPTIONS["get_status"])
-    def get_status(order_id: str) -> str:
-        return agentkit.returned("get_status", agentkit.status(order_id))
-
-    model = ChatOpenAI(model="gpt-4o-mini", base_url=os.environ["OPENAI_BASE_URL"],
-                       api_key=os.environ["OPENAI_API_KEY"], max_retries=0)  # fmt: skip
-    return create_agent(model, [search_orders, fetch_logs, get_status], name="refund_agent")
 
 
 def main() -> None:

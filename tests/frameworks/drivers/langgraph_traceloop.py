@@ -10,7 +10,7 @@ Two modes, by ``$TOOLMETER_TRACELOOP_MODE``:
 * ``events`` (``use_attributes=False``): prompts/completions as OTel log records
   (``gen_ai.<role>.message`` / ``gen_ai.choice``) through a LoggerProvider exporting OTLP/HTTP.
 
-The agent is the same as ``langgraph_openinference.py``'s (no shared import: each driver stands alone).
+The agent is ``langgraph_agent.build_agent``, as for ``langgraph_openinference.py``.
 """
 
 from __future__ import annotations
@@ -20,29 +20,8 @@ import os
 os.environ.setdefault("TRACELOOP_TRACE_CONTENT", "true")
 
 import agentkit
+from langgraph_agent import build_agent
 from opentelemetry.instrumentation.langchain import LangchainInstrumentor
-
-
-def build_agent():  # type: ignore[no-untyped-def]
-    from langchain.agents import create_agent
-    from langchain_core.tools import tool
-    from langchain_openai import ChatOpenAI
-
-    @tool("search_orders", description=agentkit.DESCRIPTIONS["search_orders"])
-    def search_orders(status: str) -> str:
-        return agentkit.returned("search_orders", agentkit.orders(status))
-
-    @tool("fetch_logs", description=agentkit.DESCRIPTIONS["fetch_logs"])
-    def fetch_logs(pod: str) -> str:
-        return agentkit.returned("fetch_logs", agentkit.logs(pod))
-
-    @tool("get_status", description=agentkit.DESCRIPTIONS["get_status"])
-    def get_status(order_id: str) -> str:
-        return agentkit.returned("get_status", agentkit.status(order_id))
-
-    model = ChatOpenAI(model="gpt-4o-mini", base_url=os.environ["OPENAI_BASE_URL"],
-                       api_key=os.environ["OPENAI_API_KEY"], max_retries=0)  # fmt: skip
-    return create_agent(model, [search_orders, fetch_logs, get_status], name="refund_agent")
 
 
 def otlp_logger_provider():  # type: ignore[no-untyped-def]
