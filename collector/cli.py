@@ -175,10 +175,23 @@ def _run_dashboard(db: str, port: int, host: str) -> int:
     else:
         cmd += ["--", "--db", os.path.abspath(db)]
     print(f"dashboard on http://{host}:{port}  (Ctrl+C to stop)", flush=True)
+    proc = subprocess.Popen(cmd, env=env)
+    # Streamlit runs as a child: a SIGTERM to toolmeter (a supervisor, a test, `kill`) must stop
+    # it too, or the server stays behind holding the port and the store's file
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.terminate())
     try:
-        return subprocess.call(cmd, env=env)
+        return proc.wait()
     except KeyboardInterrupt:
         return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
