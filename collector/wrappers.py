@@ -32,16 +32,19 @@ Forms read (each as its owner emits it):
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 ADK_TOOL_RESPONSE = "gcp.vertex.agent.tool_response"
 
-_MARKERS = ('"lc"', '"blocks"', '"type"', '"text"', '"content"', '"structuredContent"', '"toolUseId"', '"output"', '"result"',
-            '"kwargs"')  # fmt: skip
-"""One of these within the first bytes of a JSON value means it may be an envelope: only then
-is it parsed here (a 92 KB list of rows is not parsed twice for nothing)."""
+_ENVELOPE_START = re.compile(
+    r'\s*(\{\s*"(lc|type|data|output|outputs|content|toolUseId|status|structuredContent|isError|_meta|result|blocks)"'
+    r'|\[\s*\{\s*"(type|text|json)")'
+)
+"""How an envelope's JSON begins (its first key, in the order its owner serialises): only such a
+value is parsed here, so a 92 KB list of rows (``[{"order_id": ...``) is not parsed twice."""
 _SNIFF = 512
 _TEXT_BLOCK_KEYS = frozenset({"type", "text", "annotations", "_meta", "citations", "cache_control"})
 """Keys a text content block may have (MCP, Anthropic, Strands); a row with a ``text`` field and
@@ -189,7 +192,7 @@ def unwrap(value: Any, key: str | None = None, json_strings: bool = True) -> Unw
         if isinstance(decoded, str):
             return Unwrapped(decoded, "json_string")
         return Unwrapped(value)
-    if first not in ("{", "[") or not any(m in head for m in _MARKERS):
+    if first not in ("{", "[") or not _ENVELOPE_START.match(head):
         return Unwrapped(value)
     try:
         parsed = json.loads(value)
