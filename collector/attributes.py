@@ -83,6 +83,9 @@ VIEW: Final = "toolmeter.view"
 Optional: in-process, :func:`collector.record_tool_result` hands payloads to the
 processor without putting them on the span."""
 
+RECORD_ERROR: Final = "toolmeter.record.error"
+"""Why ``measured_tool`` could not record a result (the tool's own result is returned unchanged)."""
+
 RAW: Final = "toolmeter.raw"
 """The raw result itself (string); optional, read before the dialects' result keys."""
 

@@ -37,7 +37,9 @@ from collector.pipeline import Item, Pipeline
 
 logger = logging.getLogger("toolmeter")
 
-_SUPPRESS_KEY = otel_context.create_key("suppress_instrumentation")
+_SUPPRESS_KEY = otel_context._SUPPRESS_INSTRUMENTATION_KEY
+"""The SDK's own key (instrumentations check this one): a key made with ``create_key`` is a new,
+random key that no instrumentation reads, and toolmeter's own sends would be traced."""
 _STATUS = {StatusCode.OK: "ok", StatusCode.ERROR: "error", StatusCode.UNSET: "unset"}
 
 
@@ -61,6 +63,18 @@ def span_data(span: ReadableSpan, source: str = "process") -> SpanData:
         source=source,
         events=gen_ai_events((e.name, e.attributes or {}) for e in span.events) if span.events else (),
     )
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    """A failure on the agent's thread: logged at warning the first time, at debug after."""
+    if key in _warned:
+        logger.debug(message, exc_info=True)
+    else:
+        _warned.add(key)
+        logger.warning(message, exc_info=True)
 
 
 class ToolResultProcessor(SpanProcessor):
@@ -207,7 +221,9 @@ class ToolResultProcessor(SpanProcessor):
             if full:
                 self._wake.set()
         except Exception:  # never into the agent
-            logger.debug("toolmeter on_end failed", exc_info=True)
+            _warn_once(
+                "on_end", "toolmeter could not queue a span (it is dropped; further failures are logged at debug)"
+            )
 
     # --- the worker ----------------------------------------------------------------------
 

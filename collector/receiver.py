@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import gzip
+import hmac
 import logging
 import os
 import socket
@@ -250,6 +251,11 @@ _KINDS = {
 }
 
 
+def _token_ok(header: str | None, token: str) -> bool:
+    """Constant-time comparison: the time a wrong token takes says nothing about the right one."""
+    return hmac.compare_digest((header or "").encode(), f"Bearer {token}".encode())
+
+
 def _status_body(code: int, message: str, content_type: str) -> bytes:
     status = status_pb2.Status(code=code, message=message)
     if content_type == PROTOBUF:
@@ -302,7 +308,7 @@ def make_app(receiver: Receiver) -> web.Application:
 
     async def handle(request: web.Request) -> web.Response:
         ct = (request.content_type or "").lower()
-        if rc.token is not None and request.headers.get("Authorization") != f"Bearer {rc.token}":
+        if rc.token is not None and not _token_ok(request.headers.get("Authorization"), rc.token):
             return _error(401, code_pb2.UNAUTHENTICATED, "missing or wrong bearer token (Authorization: Bearer ...)",
                           ct, **{"WWW-Authenticate": "Bearer"})  # fmt: skip
         kind = _KINDS.get((request.path, ct))
@@ -353,7 +359,7 @@ def make_app(receiver: Receiver) -> web.Application:
         and exporters that share the endpoint (MLflow's, the Node SDK's) would otherwise log an
         error every interval."""
         ct = (request.content_type or "").lower()
-        if rc.token is not None and request.headers.get("Authorization") != f"Bearer {rc.token}":
+        if rc.token is not None and not _token_ok(request.headers.get("Authorization"), rc.token):
             return _error(401, code_pb2.UNAUTHENTICATED, "missing or wrong bearer token (Authorization: Bearer ...)",
                           ct, **{"WWW-Authenticate": "Bearer"})  # fmt: skip
         if ct not in (PROTOBUF, JSON):
@@ -392,7 +398,7 @@ def make_grpc_server(receiver: Receiver, host: str, port: int) -> tuple[grpc.Ser
         def handler(body: bytes, context: grpc.ServicerContext) -> bytes:
             if rc.token is not None:
                 meta = dict(context.invocation_metadata())
-                if meta.get("authorization") != f"Bearer {rc.token}":
+                if not _token_ok(meta.get("authorization"), rc.token):
                     context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
             if len(body) > rc.max_body_bytes:
                 context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"request over {rc.max_body_bytes:,} bytes")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
@@ -29,6 +30,18 @@ from opentelemetry import trace
 from collector import attributes as A
 from collector._payloads import park_payloads
 from collector.errors import ConfigError
+
+logger = logging.getLogger("toolmeter")
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key in _warned:
+        logger.debug(message)
+    else:
+        _warned.add(key)
+        logger.warning(message + "; the tool's result is returned unchanged (further failures at debug)")
+
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -68,6 +81,15 @@ def format_ranges(ranges: Iterable[tuple[int, int]]) -> str:
     return ",".join(f"{int(s)}-{int(e)}" for s, e in ranges)
 
 
+def _check_arguments(budget_tokens: Any, shape: Any) -> None:
+    if shape is not None and shape not in A.SHAPES:
+        raise ConfigError(f"shape={shape!r} must be one of {', '.join(A.SHAPES)}")
+    if budget_tokens is not None and (
+        isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int) or budget_tokens < 0
+    ):
+        raise ConfigError(f"budget_tokens={budget_tokens!r} must be a non-negative integer")
+
+
 def record_tool_result(
     span: trace.Span | None = None,
     *,
@@ -94,14 +116,25 @@ def record_tool_result(
 
     Raises:
         ConfigError: a bad ``shape`` or ``budget_tokens`` (a programming error at the call site).
+            Anything else that goes wrong (a value that cannot be serialised) is logged once at
+            warning and put on the span as ``toolmeter.record.error``, never raised into the tool.
     """
-    if shape is not None and shape not in A.SHAPES:
-        raise ConfigError(f"shape={shape!r} must be one of {', '.join(A.SHAPES)}")
-    if budget_tokens is not None and (isinstance(budget_tokens, bool) or int(budget_tokens) < 0):
-        raise ConfigError(f"budget_tokens={budget_tokens!r} must be a non-negative integer")
+    _check_arguments(budget_tokens, shape)
     span = span or trace.get_current_span()
     if not span.is_recording():
         return
+    try:
+        _record(span, raw, view, budget_tokens, truncated, retained, shape, tool_name, tool_call_id)
+    except Exception as e:  # a value that cannot be recorded (a circular reference...) must not fail the tool
+        span.set_attribute(A.RECORD_ERROR, f"{type(e).__name__}: {e}"[:500])
+        _warn_once(
+            tool_name or "record_tool_result", f"toolmeter could not record a tool result ({type(e).__name__}: {e})"
+        )
+
+
+def _record(span: trace.Span, raw: Any, view: Any, budget_tokens: int | None, truncated: bool | None,
+            retained: Iterable[tuple[int, int]] | None, shape: str | None, tool_name: str | None,
+            tool_call_id: str | None) -> None:  # fmt: skip
     raw_text = _as_text(raw)
     view_text = _as_text(view) if view is not None else None
     attrs: dict[str, Any] = {A.RAW_BYTES: _utf8_len(raw_text)}
@@ -143,6 +176,8 @@ def measured_tool(
     returned to the caller unchanged. Exceptions are recorded on the span and re-raised.
     """
 
+    _check_arguments(budget_tokens, shape)  # a bad argument fails where the decorator is applied
+
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(fn)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -152,18 +187,12 @@ def measured_tool(
                 attributes={A.GEN_AI_OPERATION_NAME: A.EXECUTE_TOOL, A.GEN_AI_TOOL_NAME: name},
             ) as span:
                 result = fn(*args, **kwargs)
+                # the tool succeeded: recording its result never turns that into an error
                 if isinstance(result, ToolResult):
-                    record_tool_result(
-                        span,
-                        raw=result.raw,
-                        view=result.view,
-                        truncated=result.truncated,
-                        retained=result.retained,
-                        budget_tokens=budget_tokens,
-                        shape=shape,
-                    )
+                    record_tool_result(span, raw=result.raw, view=result.view, truncated=result.truncated,
+                                       retained=result.retained, budget_tokens=budget_tokens, shape=shape)  # fmt: skip
                 else:
-                    record_tool_result(span, raw=result, budget_tokens=budget_tokens, shape=shape)
+                    record_tool_result(span, raw=result, budget_tokens=budget_tokens, shape=shape, tool_name=None)
                 return result
 
         return wrapper

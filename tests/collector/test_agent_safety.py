@@ -1,0 +1,93 @@
+"""What runs on the observed agent's thread never raises into it, and toolmeter's own work is not traced."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+from opentelemetry import context as otel_context
+from opentelemetry.sdk.trace import TracerProvider
+
+from collector import measured_tool, record_tool_result
+from collector.errors import ConfigError
+from collector.store import read_connection
+
+
+def test_a_bad_decorator_argument_fails_where_it_is_applied() -> None:
+    with pytest.raises(ConfigError, match="budget_tokens='lots'"):
+        measured_tool("t", budget_tokens="lots")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="shape='table'"):
+        measured_tool("t", shape="table")
+
+
+def test_a_result_that_cannot_be_recorded_does_not_fail_the_tool(provider_with, caplog) -> None:  # type: ignore[no-untyped-def]
+    provider, processor = provider_with(flush_interval=3600)
+    tracer = provider.get_tracer("agent")
+    circular: dict = {}  # type: ignore[type-arg]
+    circular["self"] = circular
+
+    @measured_tool("loop", tracer=tracer)
+    def loop() -> dict:  # type: ignore[type-arg]
+        return circular
+
+    with caplog.at_level(logging.WARNING, logger="toolmeter"):
+        assert loop() is circular  # returned unchanged, no exception
+        assert loop() is circular
+    assert sum("could not record the result" in r.message or "could not record a tool result" in r.message
+               for r in caplog.records if r.levelno == logging.WARNING) == 1  # fmt: skip
+    with tracer.start_as_current_span("execute_tool direct"):
+        record_tool_result(raw=circular)  # called directly: the same
+    assert processor.force_flush()
+
+
+def test_the_worker_runs_with_the_sdks_suppression_key(provider_with) -> None:  # type: ignore[no-untyped-def]
+    provider, processor = provider_with(flush_interval=3600)
+    seen: list[object] = []
+    original = processor._drain  # runs on the worker thread, in the worker's context
+
+    def spy() -> None:
+        seen.append(otel_context.get_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY))
+        original()
+
+    processor._drain = spy  # type: ignore[method-assign]
+    attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t", "gen_ai.tool.call.result": "ok"}
+    with provider.get_tracer("agent").start_as_current_span("execute_tool t", attributes=attrs):
+        pass
+    assert processor.force_flush()
+    assert True in seen and threading.current_thread().name != "toolmeter-worker"
+
+
+def test_spans_toolmeter_sends_are_not_traced_by_an_instrumented_urllib(db_path: str, serve) -> None:  # type: ignore[no-untyped-def]
+    # forwarding mode: the worker's own HTTP requests go through urllib; an instrumentation that
+    # honours the suppression key (as every contrib one does) makes no span of them
+    from collector import ToolResultProcessor
+
+    r = serve()
+    provider = TracerProvider(shutdown_on_exit=False)
+    processor = ToolResultProcessor(forward_to=r.url)
+    provider.add_span_processor(processor)
+    made: list[str] = []
+    real_urlopen = __import__("urllib.request").request.urlopen
+
+    def traced_urlopen(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if not otel_context.get_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY):
+            made.append("span")
+        return real_urlopen(*args, **kwargs)
+
+    import urllib.request
+
+    urllib.request.urlopen = traced_urlopen
+    try:
+        with provider.get_tracer("agent").start_as_current_span(
+            "execute_tool t", attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t",
+                                          "gen_ai.tool.call.result": "ok"}):  # fmt: skip
+            pass
+        assert processor.force_flush()
+    finally:
+        urllib.request.urlopen = real_urlopen
+        provider.shutdown()
+    assert r.receiver.flush()
+    with read_connection(r.receiver.pipeline.config.db) as con:
+        assert con.execute("SELECT tool_name FROM tool_calls").fetchall() == [("t",)]
+    assert made == []
