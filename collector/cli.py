@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from collector.config import CollectorConfig
+from collector.config import CollectorConfig, env_bytes
 from collector.errors import InputError, ToolmeterError
 from collector.ingest import ingest_files
 from collector.lake import DATA_PATH_ENV, STATE_DIR_ENV, is_lake, redact
@@ -241,7 +241,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         port=args.port,
         grpc_port=None if args.grpc_port == 0 else args.grpc_port,
         token=args.token or os.environ.get(TOKEN_ENV) or None,
-        max_body_bytes=args.max_body_bytes or int(os.environ.get(MAX_BODY_ENV) or DEFAULT_MAX_BODY_BYTES),
+        max_body_bytes=args.max_body_bytes or env_bytes(MAX_BODY_ENV, DEFAULT_MAX_BODY_BYTES),
         spool_dir=args.spool,
     )
     running = RunningReceiver(config, rc)

@@ -22,6 +22,7 @@ the count is stored in ``collector_stats.dropped`` and shown by the dashboard.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
@@ -75,7 +76,33 @@ class CollectorConfig:
         return cls(**values)
 
 
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(b|kb|mb|gb|kib|mib|gib)?\s*$", re.IGNORECASE)
+_UNITS = {None: 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def parse_bytes(env_name: str, text: str) -> int:
+    """A size in bytes: ``67108864``, ``64MiB``, ``64MB`` (10**6), ``1.5GiB``.
+
+    Raises:
+        ConfigError: naming the variable, its value and what is expected.
+    """
+    m = _SIZE.match(text)
+    if not m or float(m.group(1)) * _UNITS[(m.group(2) or "").lower() or None] < 1:
+        raise ConfigError(
+            f"{env_name}={text!r} is not a size; write bytes (67108864) or a number with KB, MB, GB, KiB, MiB or GiB"
+        )
+    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower() or None])
+
+
+def env_bytes(env_name: str, default: int) -> int:
+    """The size in ``env_name`` (see :func:`parse_bytes`), or ``default`` when it is unset or empty."""
+    text = os.environ.get(env_name)
+    return parse_bytes(env_name, text) if text else default
+
+
 def _parse(env_name: str, text: str, default: Any) -> Any:
+    if env_name.endswith("_BYTES") and isinstance(default, int) and not isinstance(default, bool):
+        return parse_bytes(env_name, text)
     try:
         if isinstance(default, bool):
             if text.lower() in ("1", "true", "yes", "on"):

@@ -91,3 +91,18 @@ def test_spans_toolmeter_sends_are_not_traced_by_an_instrumented_urllib(db_path:
     with read_connection(r.receiver.pipeline.config.db) as con:
         assert con.execute("SELECT tool_name FROM tool_calls").fetchall() == [("t",)]
     assert made == []
+
+
+def test_sizes_in_the_environment_take_units_and_bad_ones_name_the_variable(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    from collector.cli import main
+    from collector.config import CollectorConfig, parse_bytes
+
+    assert parse_bytes("X_BYTES", "64MB") == 64 * 10**6
+    assert parse_bytes("X_BYTES", "64 MiB") == 64 * 2**20
+    assert parse_bytes("X_BYTES", "1048576") == 2**20
+    monkeypatch.setenv("TOOLMETER_PAYLOAD_CAP_BYTES", "2MiB")
+    assert CollectorConfig.resolve(db=str(tmp_path / "a.duckdb")).payload_cap_bytes == 2 * 2**20
+    monkeypatch.setenv("TOOLMETER_MAX_BODY_BYTES", "lots")
+    assert main(["serve", "--db", str(tmp_path / "t.duckdb"), "--port", "0", "--grpc-port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "TOOLMETER_MAX_BODY_BYTES='lots' is not a size" in err and "Traceback" not in err
