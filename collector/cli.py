@@ -200,6 +200,9 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     traces = Path(args.traces)
+    if not traces.is_dir():
+        print(f"toolmeter: {traces} is not a folder of trace files; pass --traces DIR", file=sys.stderr)
+        return 2
     files = _expand([str(traces)])
     if not files:
         print(f"toolmeter: no sample traces in {traces}; pass --traces DIR", file=sys.stderr)

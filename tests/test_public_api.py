@@ -36,3 +36,19 @@ def test_dashboard_queries_and_charts_are_plain_functions() -> None:
     code = "import sys, dashboard.queries, dashboard.charts, dashboard.excerpt; print('streamlit' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_wheel_ships_the_sample_traces_the_demo_loads(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+    import zipfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path),
+                    str(root)], check=True, capture_output=True, timeout=300)  # fmt: skip
+    (wheel,) = tmp_path.glob("toolmeter-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    shipped = sorted(n for n in names if n.startswith("sample_traces/") and n.endswith(".json.gz"))
+    assert shipped == sorted(f"sample_traces/{p.name}" for p in (root / "sample_traces").glob("*.json.gz"))
+    assert "collector/schema.sql" in names
