@@ -83,6 +83,16 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         f"{summary.llm_calls} LLM calls, {summary.duplicates} already stored, {summary.failed} failed, "
         f"{len(summary.issues)} issue(s)"
     )
+    if summary.tool_calls and not args.no_alerts:
+        # the alert a user expects after loading traces (the demo shows one) exists only once evaluated
+        from collector.alerts import evaluate
+        from collector.rules import load_rules
+
+        new = evaluate(config.db, load_rules(args.rules))
+        for alert in new:
+            print(f"alert: {alert.summary}")
+        if new:
+            print(f"{len(new)} new alert(s): `toolmeter alerts --db {redact(config.db)}` lists them")
     return 1 if summary.failed_files else 0
 
 
@@ -458,6 +468,8 @@ def build_parser() -> argparse.ArgumentParser:
     _store_arguments(p, db_default)
     p.add_argument("--encoding", choices=ENCODINGS, default=None, help="tiktoken encoding (default o200k_base)")
     p.add_argument("--numbers-only", action="store_true", help="store figures only, no payloads")
+    p.add_argument("--rules", default=None, help="alert rules (TOML) evaluated after loading (default rules)")
+    p.add_argument("--no-alerts", action="store_true", help="do not evaluate alert rules after loading")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_ingest)
 

@@ -246,3 +246,18 @@ def test_console_exporter_output_is_read(tmp_path: Path, db_path: str, capsys) -
     (tmp_path / "spans.txt").write_text(out.getvalue())
     assert main(["ingest", str(tmp_path / "spans.txt"), "--db", db_path]) == 0
     assert top_json(db_path, capsys)[0]["calls"] == 3
+
+
+def test_ingest_evaluates_the_alert_rules(tmp_path: Path, db_path: str, capsys) -> None:  # type: ignore[no-untyped-def]
+    from tests.conftest import SAMPLE_TRACES
+
+    files = [str(p) for p in sorted(SAMPLE_TRACES.glob("traces-*.json.gz"))]
+    assert main(["ingest", *files, "--db", db_path, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "alert: toolmeter: search_orders envelope grew" in out and "new alert(s)" in out
+    assert main(["alerts", "--db", db_path, "--json"]) == 0
+    assert any(a["tool_name"] == "search_orders" for a in json.loads(capsys.readouterr().out))
+    # again: nothing new; and --no-alerts skips the evaluation
+    assert main(["ingest", files[0], "--db", db_path, "--quiet"]) == 0
+    assert "new alert" not in capsys.readouterr().out
+    assert main(["ingest", files[0], "--db", str(tmp_path / "b.duckdb"), "--quiet", "--no-alerts"]) == 0
