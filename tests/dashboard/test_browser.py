@@ -135,6 +135,7 @@ def test_alerts_in_a_browser(page, dashboard_url: str) -> None:  # type: ignore[
 def test_coverage_in_a_browser(page, dashboard_url: str) -> None:  # type: ignore[no-untyped-def]
     page.goto(f"{dashboard_url}/coverage")
     _settle(page, "Coverage", charts=0)
+    page.get_by_text("support-agent · gen_ai").first.wait_for(timeout=60_000)  # the hint cards are drawn last
     body = page.inner_text("body")
     assert "support-agent" in body and "Hints" in body
     grid = page.locator('[data-testid="stDataFrame"] canvas').first
