@@ -102,24 +102,12 @@ and the regex error. Each extra pattern is one more ``re`` pass over every paylo
 Speed
 =====
 
-Python's ``re`` needs ~0.5-1.5 ms per pattern per MB (each pattern starts with a literal, so
-``re`` skips ahead to it), ~15 ms/MB for all of them; one combined alternation is slower
-still (~30-40 ms/MB: most bytes start a branch). So a payload of 64 KiB or more is first
-screened in one pass of RE2 (``pyarrow.compute.match_substring_regex``, which releases the
-GIL) with the union of every pattern's *prefilter*: a looser RE2 pattern that matches
-wherever its rule can (``sk-[A-Za-z0-9_-]{20}``, ``(?i:password)…[:=]``…). No match: no
-built-in can match, done. A match: the full scan. Extra patterns always scan. Measured
-with Python 3.11 on this project's 2-core dev box, best of 20, for 1 MiB with no secrets::
-
-    $ /tmp/venv/bin/python -m collector.redact --bench     # a generated log with "password", "token", URLs, JSON
-    generated log, 1,048,576 bytes, screened: 0 redactions, best of 20: 2.6 ms
-    generated log, 1,048,576 bytes, full scan: 0 redactions, best of 20: 15.0 ms
-    $ /tmp/venv/bin/python -m collector.redact --bench ../shared/realworld/payloads/holmesgpt__fetch_pod_logs__52_logs_login_issues.txt
-    holmesgpt__fetch_pod_logs__52_logs_login_issues.txt, 1,048,576 bytes, screened: 0 redactions, best of 20: 2.8 ms
-    holmesgpt__fetch_pod_logs__52_logs_login_issues.txt, 1,048,576 bytes, full scan: 0 redactions, best of 20: 13.5 ms
-
-A payload that holds a secret (or a near miss) pays the screen plus the full scan: 18-27 ms
-for the generated log with one GitHub token in the middle (the box is shared; timings vary).
+Python's ``re`` costs about a millisecond per pattern per MB, so a payload of 64 KiB or more
+is first screened in one pass of RE2 (``pyarrow.compute.match_substring_regex``, which
+releases the GIL) with the union of every pattern's *prefilter*: a looser RE2 pattern that
+matches wherever its rule can (``sk-[A-Za-z0-9_-]{20}``, ``(?i:password)…[:=]``…). No match:
+no built-in can match, done. A match: the full scan. Extra patterns always scan.
+``python benchmarks/bench_redact.py [FILE]`` times the screen against the full scan.
 """
 
 from __future__ import annotations
@@ -636,54 +624,3 @@ def _compile_extra(name: object, pattern: object) -> _Rule:
     except re.error as e:
         raise ConfigError(f"redaction pattern {name!r} is not a valid regex: {e} (pattern: {pattern!r})") from e
     return _Rule(name, regex)
-
-
-def _sample_log(size: int = 1 << 20) -> bytes:
-    """A deterministic application log with no secrets (but the words ``token``, ``password``, URLs, JSON)."""
-    lines = []
-    total = i = 0
-    while total < size:
-        i += 1
-        line = (
-            f"2025-06-20T10:{i // 60 % 60:02d}:{i % 60:02d}.{i * 37 % 1000:03d}Z [INFO] api-{i % 7} "
-            f"GET https://api.internal:8443/v1/users/{i}?page={i % 9} 200 {i * 7919 % 997}ms "
-            f'{{"user": "user_{i % 500}", "event": "password reset requested", "input_tokens": {i * 13 % 4096}, '
-            f'"trace": "{i * 2654435761 % 2**32:08x}"}} token refreshed for session {i % 97}\n'
-        )
-        lines.append(line)
-        total += len(line)
-    return "".join(lines).encode()[:size]
-
-
-def _bench(path: str | None, rounds: int = 20) -> None:  # pragma: no cover - a measuring aid
-    import time
-
-    if path is None:
-        data, name = _sample_log(), "generated log"
-    else:
-        with open(path, "rb") as f:
-            data, name = f.read()[: 1 << 20], os.path.basename(path)
-    redactor = Redactor()
-    redactor.find(data)  # builds the screen (imports pyarrow.compute)
-    global PREFILTER_MIN_BYTES
-    saved = PREFILTER_MIN_BYTES
-    try:
-        for label, minimum in (("screened", saved), ("full scan", len(data) + 1)):
-            PREFILTER_MIN_BYTES = minimum
-            best = float("inf")
-            for _ in range(rounds):
-                t0 = time.perf_counter()
-                _, n = redactor.redact_bytes_same_length(data)
-                best = min(best, time.perf_counter() - t0)
-            print(f"{name}, {len(data):,} bytes, {label}: {n} redactions, best of {rounds}: {best * 1000:.1f} ms")
-    finally:
-        PREFILTER_MIN_BYTES = saved
-
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    if len(sys.argv) in (2, 3) and sys.argv[1] == "--bench":
-        _bench(sys.argv[2] if len(sys.argv) == 3 else None)
-    else:
-        sys.exit("usage: python -m collector.redact --bench [FILE]")
