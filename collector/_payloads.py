@@ -14,6 +14,7 @@ cannot grow memory without limit.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from typing import Any
@@ -28,6 +29,20 @@ evicted = 0
 """Payloads evicted before their span ended (the span is still measured from its attributes)."""
 
 _processors: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A fork can happen while another thread holds the lock; the child has only the forking
+    thread, so the lock would never be released there. The child starts with a new lock and an
+    empty lot (the parked payloads belong to the parent's spans)."""
+    global _lock, _parked_bytes
+    _lock = threading.Lock()
+    _parked.clear()
+    _parked_bytes = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def register_processor(processor: Any) -> None:

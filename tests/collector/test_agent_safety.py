@@ -106,3 +106,17 @@ def test_sizes_in_the_environment_take_units_and_bad_ones_name_the_variable(tmp_
     assert main(["serve", "--db", str(tmp_path / "t.duckdb"), "--port", "0", "--grpc-port", "0"]) == 2
     err = capsys.readouterr().err
     assert "TOOLMETER_MAX_BODY_BYTES='lots' is not a size" in err and "Traceback" not in err
+
+
+def test_a_fork_while_the_parking_lock_is_held_does_not_deadlock_the_child() -> None:
+    import os
+
+    from collector import _payloads
+
+    with _payloads._lock:  # another thread of the agent is parking a payload when the fork happens
+        pid = os.fork()
+        if pid == 0:  # the child: parking must not wait for a lock no thread will release
+            got = _payloads._lock.acquire(timeout=5)
+            os._exit(0 if got else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
