@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,3 +67,22 @@ def provider_with(db_path: str) -> Iterator:  # type: ignore[type-arg]
     yield make
     for provider in made:
         provider.shutdown()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when a process a test started outlives the tests (then end it)."""
+    import psutil
+
+    left = psutil.Process().children(recursive=True)
+    _, alive = psutil.wait_procs(left, timeout=5)
+    if not alive:
+        return
+    names = []
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            names.append(f"{proc.pid} {' '.join(proc.cmdline())[:160]}")
+            proc.kill()
+    session.config.get_terminal_writer().line(
+        "processes started by the tests were still running after them:\n  " + "\n  ".join(names), red=True
+    )
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
