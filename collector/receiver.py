@@ -410,8 +410,10 @@ def make_grpc_server(receiver: Receiver, host: str, port: int) -> tuple[grpc.Ser
             decoded = Decoded(rejected=decoded.rejected, issues=decoded.issues)  # not the payloads
             try:
                 receiver.accept(kind, body)
-            except (QueueFull, StoreError):
-                context.abort(grpc.StatusCode.UNAVAILABLE, f"toolmeter is busy; retry in {RETRY_AFTER_S} s")
+            except QueueFull:
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"toolmeter is busy measuring; retry in {RETRY_AFTER_S} s")
+            except StoreError as e:  # the same words as over HTTP: not "busy"
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot spool the request ({e}); retry later")
             if path == "/v1/traces":
                 resp: Any = ExportTraceServiceResponse()
                 if decoded.rejected:
@@ -421,11 +423,24 @@ def make_grpc_server(receiver: Receiver, host: str, port: int) -> tuple[grpc.Ser
                 resp = ExportLogsServiceResponse()
                 if decoded.rejected:
                     resp.partial_success.rejected_log_records = decoded.rejected
+                    resp.partial_success.error_message = decoded.rejection_message()
             return bytes(resp.SerializeToString())
 
         return grpc.unary_unary_rpc_method_handler(handler)  # raw bytes in and out
 
+    def metrics(body: bytes, context: grpc.ServicerContext) -> bytes:
+        """Answered, counted and discarded, as over HTTP (an empty ExportMetricsServiceResponse)."""
+        if rc.token is not None and not _token_ok(dict(context.invocation_metadata()).get("authorization"), rc.token):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+        with receiver.pipeline.lock:
+            receiver.pipeline.counters.metric_requests += 1
+        return b""
+
     handlers = [
+        grpc.method_handlers_generic_handler(
+            "opentelemetry.proto.collector.metrics.v1.MetricsService",
+            {"Export": grpc.unary_unary_rpc_method_handler(metrics)},
+        ),
         grpc.method_handlers_generic_handler(
             "opentelemetry.proto.collector.trace.v1.TraceService", {"Export": export(S.TRACES_PROTOBUF, "/v1/traces")}
         ),

@@ -285,3 +285,18 @@ def test_metrics_are_answered_counted_and_discarded(serve, db_path: str) -> None
     assert r.receiver.pipeline.counters.metric_requests >= 2  # flush, shutdown (may export again), ours
     with read_connection(db_path) as con:  # nothing of them is stored
         assert con.execute("SELECT count(*) FROM tool_calls").fetchone() == (0,)
+
+
+def test_grpc_metrics_are_answered_too(serve) -> None:  # type: ignore[no-untyped-def]
+    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    r = serve()
+    exporter = OTLPMetricExporter(endpoint=f"127.0.0.1:{r.grpc_port}", insecure=True)
+    reader = PeriodicExportingMetricReader(exporter, export_interval_millis=60_000)
+    provider = MeterProvider(metric_readers=[reader])
+    provider.get_meter("agent").create_counter("requests").add(1)
+    assert provider.force_flush()
+    provider.shutdown()
+    assert r.receiver.pipeline.counters.metric_requests >= 1
