@@ -145,6 +145,8 @@ class ToolResultProcessor(SpanProcessor):
     def _init_state(self) -> None:
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._stopping = threading.Event()
+        """Set by shutdown: a retry's wait ends at once, so exit is not held by a backoff."""
         self._idle = threading.Condition(self._lock)
         self._queue: collections.deque[tuple[Item, int]] = collections.deque()
         self._max_queue = self.config.max_queue_size
@@ -293,7 +295,7 @@ class ToolResultProcessor(SpanProcessor):
                         pipeline.counters.failed += len(items)
                     return
                 logger.warning("toolmeter could not write a batch, retrying in %.1f s: %s", delay, e)
-                time.sleep(delay)
+                self._stopping.wait(delay)
                 delay = min(delay * 2, 30)
             except Exception:
                 logger.exception("toolmeter failed to write a batch of %d spans", len(items))
@@ -324,6 +326,7 @@ class ToolResultProcessor(SpanProcessor):
         if self._shutdown:
             return
         self._shutdown = True
+        self._stopping.set()
         self._wake.set()
         if self._worker.is_alive() and threading.current_thread() is not self._worker:
             self._worker.join(timeout=60)

@@ -109,6 +109,8 @@ class Receiver:
         self._accepted = 0
         self._done = 0
         self._stopping = False
+        self._stop_event = threading.Event()
+        self._failures = 0
         self.refused = 0  # requests answered 503
         self.paused = False  # when True the writer waits (tests use it to fill the queue)
         self._pool = futures.ThreadPoolExecutor(max_workers=rc.workers, thread_name_prefix="toolmeter-measure")
@@ -176,15 +178,26 @@ class Receiver:
                     size += len(record[3])
             try:
                 self._write(records)
-            except Exception:
-                # keep the records: they are spooled, and retrying is safe (idempotent rows)
-                logger.exception("toolmeter receiver could not write %d request(s); retrying", len(records))
+            except Exception as e:
+                # keep the records: they are spooled, and retrying is safe (idempotent rows). The
+                # first failure in a row is logged with its traceback, the next ones in a line each,
+                # with a backoff up to 30 s that stopping cuts short
+                self._failures += 1
+                delay = min(2 ** (self._failures - 1), 30)
+                if self._failures == 1:
+                    logger.exception("toolmeter receiver could not write %d request(s); retrying", len(records))
+                else:
+                    logger.warning("toolmeter receiver still cannot write (%d tries): %s; retrying in %d s",
+                                   self._failures, e, delay)  # fmt: skip
                 with self._lock:
                     self._queue.extendleft(reversed(records))
-                time.sleep(1)
+                self._stop_event.wait(delay)
                 if self._stopping:
                     return
                 continue
+            if self._failures:
+                logger.warning("toolmeter receiver writes again after %d failed tries", self._failures)
+                self._failures = 0
             with self._lock:
                 self._queued_bytes -= size
                 self._done += len(records)
@@ -235,8 +248,14 @@ class Receiver:
     def close(self) -> None:
         """Write what is queued, then stop."""
         self._stopping = True
+        self._stop_event.set()
         self._wake.set()
         self._worker.join(timeout=120)
+        if self._worker.is_alive():
+            with self._lock:
+                left = len(self._queue)
+            logger.error("toolmeter receiver did not finish writing within 120 s; %d request(s) stay in the spool "
+                         "and are written at the next start", left)  # fmt: skip
         self._pool.shutdown(wait=True)
         self.spool.close()
 

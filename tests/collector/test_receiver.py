@@ -300,3 +300,27 @@ def test_grpc_metrics_are_answered_too(serve) -> None:  # type: ignore[no-untype
     assert provider.force_flush()
     provider.shutdown()
     assert r.receiver.pipeline.counters.metric_requests >= 1
+
+
+def test_write_failures_are_logged_once_with_a_traceback_then_in_a_line(serve, db_path: str, caplog) -> None:  # type: ignore[no-untyped-def]
+    import logging
+
+    r = serve()
+    real = r.receiver._write
+    calls = {"n": 0}
+
+    def flaky(records):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] <= 2:
+            raise OSError("disk full")
+        real(records)
+
+    r.receiver._write = flaky
+    with caplog.at_level(logging.WARNING, logger="toolmeter"):
+        assert post(f"{r.url}/v1/traces", json.dumps(otlp(tool(1, "x" * 100))).encode())[0] == 200
+        assert r.receiver.flush(timeout_s=30)
+    records = [rec for rec in caplog.records if "receiver" in rec.getMessage()]
+    assert [bool(rec.exc_info) for rec in records] == [True, False, False]
+    assert "still cannot write (2 tries)" in records[1].getMessage()
+    assert "writes again after 2 failed tries" in records[2].getMessage()
+    assert stored(db_path)[0][0] == 100
