@@ -159,6 +159,7 @@ class ToolResultProcessor(SpanProcessor):
         self._done = 0  # items accepted and then written or given up on
         self._shutdown = False
         self._dropped_warned = False
+        self._dropped_reported = 0
         self._pid = os.getpid()
         self._worker = threading.Thread(target=self._run, name="toolmeter-worker", daemon=True)
         self._worker.start()
@@ -229,6 +230,17 @@ class ToolResultProcessor(SpanProcessor):
 
     # --- the worker ----------------------------------------------------------------------
 
+    def _report_drops(self) -> None:
+        """Once the queue has emptied after drops, say how many (holding ``_lock``), and warn
+        again on the next episode: not once per process lifetime."""
+        if self._dropped > self._dropped_reported:
+            logger.warning(
+                "toolmeter dropped %d span(s) while its queue was full (%d in all); the queue has room again",
+                self._dropped - self._dropped_reported, self._dropped,
+            )  # fmt: skip
+            self._dropped_reported = self._dropped
+            self._dropped_warned = False
+
     def _run(self) -> None:
         # Anything instrumented that we call (none today) must not trace itself.
         otel_context.attach(otel_context.set_value(_SUPPRESS_KEY, True))
@@ -247,6 +259,7 @@ class ToolResultProcessor(SpanProcessor):
         while True:
             with self._lock:
                 if not self._queue:
+                    self._report_drops()
                     return
                 n = min(len(self._queue), self._max_batch)
                 entries = [self._queue.popleft() for _ in range(n)]

@@ -167,3 +167,22 @@ def test_a_forked_child_records_its_own_spans(provider_with, db_path) -> None:  
     assert processor.force_flush()
     names = [r[0] for r in rows(db_path, "SELECT tool_name FROM tool_calls ORDER BY tool_name")]
     assert names == ["child_tool", "parent_tool"]
+
+
+def test_each_episode_of_drops_is_warned_and_reported(provider_with, caplog) -> None:  # type: ignore[no-untyped-def]
+    import logging
+
+    provider, processor = provider_with(max_queue_size=2, max_batch_size=1000, flush_interval=3600)
+    tracer = provider.get_tracer("a")
+    with caplog.at_level(logging.WARNING, logger="toolmeter"):
+        for episode in range(2):
+            for i in range(5):
+                with tool_span(tracer, **{"gen_ai.tool.call.result": f"result {episode} {i}"}):
+                    pass
+            assert processor.force_flush()
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("queue is full" in m for m in messages) == 2  # once per episode, not once per process
+    assert [m for m in messages if "dropped" in m and "room again" in m] == [
+        "toolmeter dropped 3 span(s) while its queue was full (3 in all); the queue has room again",
+        "toolmeter dropped 3 span(s) while its queue was full (6 in all); the queue has room again",
+    ]
