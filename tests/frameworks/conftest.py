@@ -157,14 +157,16 @@ def fake_openai() -> Iterator[FakeOpenAI]:
 
 
 @pytest.fixture
-def run_framework(tmp_path: Path, fake_openai: FakeOpenAI) -> Iterator[Any]:
-    """``run_framework(extra, driver, name=..., env=...)``: run a driver into a fresh store; returns a :class:`Run`."""
+def run_agent(tmp_path: Path, fake_openai: FakeOpenAI) -> Iterator[Any]:
+    """``run_agent(argv, name, env=...)``: run an agent program into a fresh store; returns a :class:`Run`.
+
+    The program gets the OTLP endpoint (the recorder), the fake model's URL and key, and
+    ``TOOLMETER_FW_RESULTS`` (where it writes what its tools returned) in its environment.
+    """
     started: list[tuple[RunningReceiver, Recorder]] = []
 
-    def run(extra: str, driver: str, name: str | None = None, env: dict[str, str] | None = None,
-            timeout: float = 300, fake: FakeOpenAI | None = None) -> Run:  # fmt: skip
-        name = name or Path(driver).stem
-        python = framework_python(extra)
+    def run(argv: list[str], name: str, env: dict[str, str] | None = None, timeout: float = 300,
+            fake: FakeOpenAI | None = None) -> Run:  # fmt: skip
         db = str(tmp_path / f"{name}.duckdb")
         receiver = RunningReceiver(CollectorConfig(db=db, flush_interval=0.1),
                                    ReceiverConfig(host="127.0.0.1", port=0, grpc_port=None))  # fmt: skip
@@ -194,9 +196,8 @@ def run_framework(tmp_path: Path, fake_openai: FakeOpenAI) -> Iterator[Any]:
             "ANONYMIZED_TELEMETRY": "False",
             **(env or {}),
         })  # fmt: skip
-        out = subprocess.run([str(python), str(DRIVERS / driver)], env=child_env, capture_output=True, text=True,
-                             timeout=timeout, cwd=tmp_path)  # fmt: skip
-        assert out.returncode == 0, f"{driver} failed:\n{out.stdout[-4000:]}\n{out.stderr[-8000:]}"
+        out = subprocess.run(argv, env=child_env, capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+        assert out.returncode == 0, f"{name} failed:\n{out.stdout[-4000:]}\n{out.stderr[-8000:]}"
         assert receiver.receiver.flush()
         assert recorder.statuses and all(s == 200 for s in recorder.statuses), recorder.statuses
         if os.environ.get("CAPTURE_FRAMEWORK_TRACES"):
@@ -208,3 +209,15 @@ def run_framework(tmp_path: Path, fake_openai: FakeOpenAI) -> Iterator[Any]:
     for receiver, recorder in started:
         recorder.stop()
         receiver.stop()
+
+
+@pytest.fixture
+def run_framework(run_agent: Any) -> Any:
+    """``run_framework(extra, driver, name=..., env=...)``: a Python driver in the venv of ``extra``."""
+
+    def run(extra: str, driver: str, name: str | None = None, env: dict[str, str] | None = None,
+            timeout: float = 300, fake: FakeOpenAI | None = None) -> Run:  # fmt: skip
+        python = framework_python(extra)
+        return run_agent([str(python), str(DRIVERS / driver)], name or Path(driver).stem, env, timeout, fake)  # type: ignore[no-any-return]
+
+    return run

@@ -4,8 +4,8 @@
 through ``@ai-sdk/openai``'s chat-completions model, with one of the two integrations of
 ``@ai-sdk/otel`` registered: ``OpenTelemetry`` (GenAI conventions, ``gen_ai.*``) or
 ``LegacyOpenTelemetry`` (the AI SDK's own ``ai.*`` spans, the pre-v7 ``experimental_telemetry``
-format). It is Node, not a Python venv, so this file has its own small ``run_ai_sdk`` fixture
-in place of ``run_framework``, built from the same pieces (Recorder, FakeOpenAI, RunningReceiver).
+format). It is Node, not a Python venv: ``run_ai_sdk`` runs it through the same ``run_agent``
+fixture as the Python drivers.
 """
 
 from __future__ import annotations
@@ -14,17 +14,13 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from collector.config import CollectorConfig
-from collector.receiver import ReceiverConfig, RunningReceiver
-from tests.frameworks.conftest import DRIVERS, Recorder, Run
+from tests.frameworks.conftest import DRIVERS, Run
 from tests.frameworks.expect import check_run, llm_count, tool_rows
-from tests.frameworks.fake_openai import FakeOpenAI
 
 pytestmark = pytest.mark.frameworks
 
@@ -47,41 +43,13 @@ def node_project() -> Path:
 
 
 @pytest.fixture
-def run_ai_sdk(tmp_path: Path, fake_openai: FakeOpenAI, node_project: Path) -> Iterator[Any]:
+def run_ai_sdk(run_agent: Any, node_project: Path) -> Any:
     """``run_ai_sdk(mode, name)``: run ``agent.mjs <mode>`` into a fresh store; returns a :class:`Run`."""
-    started: list[tuple[RunningReceiver, Recorder]] = []
 
     def run(mode: str, name: str, timeout: float = 120) -> Run:
-        db = str(tmp_path / f"{name}.duckdb")
-        receiver = RunningReceiver(CollectorConfig(db=db, flush_interval=0.1),
-                                   ReceiverConfig(host="127.0.0.1", port=0, grpc_port=None))  # fmt: skip
-        recorder = Recorder(receiver.url)
-        started.append((receiver, recorder))
-        results = tmp_path / f"{name}.results.json"
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TOOLMETER_", "OPENAI_"))}
-        env.update({
-            "OTEL_EXPORTER_OTLP_ENDPOINT": recorder.url,
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-            "OTEL_SERVICE_NAME": name,
-            "OPENAI_BASE_URL": fake_openai.base_url,
-            "OPENAI_API_KEY": "sk-test-not-a-real-key",
-            "TOOLMETER_FW_RESULTS": str(results),
-            "DO_NOT_TRACK": "1",
-        })  # fmt: skip
-        out = subprocess.run([str(NODE), str(AGENT), mode], env=env, capture_output=True, text=True,
-                             timeout=timeout, cwd=tmp_path)  # fmt: skip
-        assert out.returncode == 0, f"agent.mjs {mode} failed:\n{out.stdout[-4000:]}\n{out.stderr[-8000:]}"
-        assert receiver.receiver.flush()
-        assert recorder.statuses and all(s == 200 for s in recorder.statuses), recorder.statuses
-        if os.environ.get("CAPTURE_FRAMEWORK_TRACES"):
-            recorder.save(name)
-        data = json.loads(results.read_text())
-        return Run(name, db, data.pop("returned"), data, fake_openai.chat_requests(), receiver, out.stdout)
+        return run_agent([str(NODE), str(AGENT), mode], name, timeout=timeout)  # type: ignore[no-any-return]
 
-    yield run
-    for receiver, recorder in started:
-        recorder.stop()
-        receiver.stop()
+    return run
 
 
 def python_payloads() -> dict[str, str]:
