@@ -128,8 +128,9 @@ class Pipeline:
             try:
                 if item.kind == TOOL:
                     call = calls.get(id(item))
-                    if call is None:
-                        raise ValueError("the span could not be read")
+                    if isinstance(call, Exception):
+                        raise call  # reported below, with the span
+                    assert call is not None
                     row, payloads = measure(call, self.counter)
                     self._store_payloads(row, payloads, batch)
                     batch.tool_rows.append(row)
@@ -197,16 +198,20 @@ class Pipeline:
 
     def _tool_calls(
         self, items: list[Item], views: dict[tuple[str, str], tuple[ToolResponse, SpanLike]], issues: list[Issue]
-    ) -> dict[int, ToolCall]:
-        """Read the batch's tool spans and join the views its LLM calls carried (by id, else by the conversation)."""
+    ) -> dict[int, ToolCall | Exception]:
+        """Read the batch's tool spans and join the views its LLM calls carried (by id, else by the conversation).
+
+        A span that cannot be read maps to its exception, raised where the batch reports failures.
+        """
         calls: dict[int, ToolCall] = {}
+        failed: dict[int, Exception] = {}
         for item in items:
             if item.kind != TOOL:
                 continue
             try:
                 call, found = extract_tool_call(item.span, item.raw, item.view)
-            except Exception as e:  # measured (and reported) per item in build_batch
-                logger.debug("toolmeter could not read span %s: %s", item.span.span_id, e)
+            except Exception as e:  # reported per item in build_batch
+                failed[id(item)] = e
                 continue
             issues += found
             if call.view is None and call.tool_call_id is not None:
@@ -226,7 +231,7 @@ class Pipeline:
                 calls[key] = replace(c, view=o.text, view_origin="message", view_join=how, tool_call_id=o.call_id,
                                      raw=c.raw if c.raw is not None else (o.text if how == "order" else None),
                                      warnings=c.warnings + _order_warning(how, c))  # fmt: skip
-        return calls
+        return {**calls, **failed}
 
     def _message_views(self, items: list[Item], batch: Batch) -> dict[tuple[str, str], tuple[ToolResponse, SpanLike]]:
         """Record the tool responses that LLM calls' inputs carried; return them by (trace, call id).
