@@ -90,7 +90,6 @@ class Receiver:
         self.rc = rc
         self.max_queued_bytes = config.max_queued_bytes if rc.max_queued_bytes is None else rc.max_queued_bytes
         self.pipeline = Pipeline(config, collector_id=f"receiver-{os.getpid()}")
-        self.pipeline.store.ensure_schema()
         db = os.fspath(config.db)
         if is_lake(db):
             # the spool is this host's own (never on the shared lake), and receivers on
@@ -114,14 +113,26 @@ class Receiver:
         self.refused = 0  # requests answered 503
         self.paused = False  # when True the writer waits (tests use it to fill the queue)
         self._pool = futures.ThreadPoolExecutor(max_workers=rc.workers, thread_name_prefix="toolmeter-measure")
-        self._recover()
+        try:
+            self.pipeline.store.ensure_schema()
+            progress = read_progress(self.config.db, self.receiver_id)
+        except StoreError as e:
+            if not is_lake(db):
+                raise
+            # a receiver (re)started while the catalog is away still accepts: what it acknowledges
+            # is on its own disk, and the whole spool is replayed once the lake answers (rows and
+            # batches already committed are skipped there, so nothing is written twice)
+            logger.warning("toolmeter receiver: the lake cannot be reached (%s); accepting and spooling, "
+                           "writing once it is back", e)  # fmt: skip
+            progress = (0, 0)
+        self._recover(progress)
         self._worker = threading.Thread(target=self._run, name="toolmeter-receiver-writer", daemon=True)
         self._worker.start()
 
     # --- acceptance (request threads) ---------------------------------------------------
 
-    def _recover(self) -> None:
-        segment, offset = read_progress(self.config.db, self.receiver_id)
+    def _recover(self, progress: tuple[int, int]) -> None:
+        segment, offset = progress
         replayed = 0
         for record in self.spool.replay(segment, offset):
             self._queue.append(record)

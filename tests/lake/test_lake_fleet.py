@@ -283,3 +283,26 @@ def test_a_writer_killed_mid_commit_loses_and_doubles_nothing(
     host.stop()
     assert len(acked) == 180
     assert len(stored) == len(set(stored)) == len(set(acked))
+
+
+def test_a_receiver_started_while_the_catalog_is_away_accepts_and_writes_once_it_is_back(
+    lake: Lake, postgres: PostgresServer, hosts: list[Host], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a supervisor restarts a receiver during an outage: it must come up, spool and acknowledge
+    monkeypatch.setenv(L.STATE_DIR_ENV, str(lake.state_dir))
+    host = Host(lake, "host0", tmp_path / "host0")
+    hosts.append(host)
+    acked: list[str] = []
+    postgres.stop()
+    try:
+        host.start()
+        for n in range(3):
+            doc = otlp(*_trace(0, n))
+            assert host.send(json.dumps(doc).encode()), f"batch {n} refused during the outage"
+            acked += _tool_ids(doc["resourceSpans"][0]["scopeSpans"][0]["spans"])
+    finally:
+        postgres.start()
+    stored = _wait_for(lake.uri, set(acked))
+    host.stop()
+    assert len(stored) == len(set(stored)) == len(set(acked)) == 9
+    assert "the lake cannot be reached" in host.log.read_text()
