@@ -238,20 +238,24 @@ def test_catalog_restart_and_outage_mid_stream_lose_nothing(
     for h in hosts:
         h.start()
     acked: list[str] = []
-    for n in range(45):
-        if n == 10:
-            postgres.restart()  # a quick restart: commits in flight fail and are retried
-        if n == 20:
-            postgres.stop()  # an outage longer than a commit's retries
-        for i, h in enumerate(hosts):
-            doc = otlp(*_trace(i, n))
-            # receivers spool locally and keep acknowledging while the catalog is away
-            body = json.dumps(doc).encode()
-            if not h.send(body) and _supervise(h):
-                assert h.send(body), f"{h.name} refused batch {n} after a restart"
-            acked += _tool_ids(doc["resourceSpans"][0]["scopeSpans"][0]["spans"])
-        if n == 20:
-            time.sleep(30)
+    try:
+        for n in range(45):
+            if n == 10:
+                postgres.restart()  # a quick restart: commits in flight fail and are retried
+            if n == 20:
+                postgres.stop()  # an outage longer than a commit's retries
+            for i, h in enumerate(hosts):
+                doc = otlp(*_trace(i, n))
+                # receivers spool locally and keep acknowledging while the catalog is away
+                body = json.dumps(doc).encode()
+                if not h.send(body) and _supervise(h):
+                    assert h.send(body), f"{h.name} refused batch {n} after a restart"
+                acked += _tool_ids(doc["resourceSpans"][0]["scopeSpans"][0]["spans"])
+            if n == 20:
+                time.sleep(30)
+                postgres.start()
+    finally:  # a failure mid-outage must not leave the catalog down for the tests after this one
+        if not postgres.is_running():
             postgres.start()
     for h in hosts:
         _supervise(h)
