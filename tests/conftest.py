@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +33,24 @@ def counter():  # type: ignore[no-untyped-def]
     from collector.tokens import TokenCounter
 
     return TokenCounter("o200k_base")
+
+
+NODE = shutil.which("node")
+NPM = shutil.which("npm")
+
+
+def node_project(folder: Path, installed: str) -> Path:
+    """``folder`` with its locked npm packages installed (``npm ci`` when ``node_modules/installed`` is missing).
+
+    Node and npm come from .ci/run: under CI their absence fails the test, elsewhere it skips it.
+    """
+    if NODE is None or NPM is None:
+        if os.environ.get("CI"):
+            pytest.fail("node and npm are needed; .ci/run installs them")
+        pytest.skip("node/npm not installed")
+    if not (folder / "node_modules" / installed).exists():
+        subprocess.run([NPM, "ci", "--no-audit", "--no-fund"], cwd=folder, check=True, timeout=600)
+    return folder
 
 
 def realworld(name: str) -> bytes:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -12,21 +10,14 @@ import pytest
 
 from collector.store import read_connection
 from tests.collector.conftest import TOKEN
+from tests.conftest import NODE, node_project
 
 JS = Path(__file__).resolve().parents[1] / "js"
-NODE = shutil.which("node")
-NPM = shutil.which("npm")
 
 
 @pytest.fixture(scope="module")
 def js_agent() -> Path:
-    if NODE is None or NPM is None:
-        if os.environ.get("CI"):
-            pytest.fail("node and npm are needed; .ci/run installs them")
-        pytest.skip("node/npm not installed")
-    if not (JS / "node_modules" / "@opentelemetry" / "sdk-trace-base").exists():
-        subprocess.run([NPM, "ci", "--no-audit", "--no-fund"], cwd=JS, check=True, timeout=600)
-    return JS / "agent.js"
+    return node_project(JS, "@opentelemetry/sdk-trace-base") / "agent.js"
 
 
 @pytest.mark.parametrize("mode", ["json", "proto"])

@@ -11,14 +11,14 @@ fixture as the Python drivers.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.conftest import NODE
+from tests.conftest import node_project as install_node_project
 from tests.frameworks.conftest import DRIVERS, Run
 from tests.frameworks.expect import check_run, llm_count, tool_rows
 
@@ -26,20 +26,12 @@ pytestmark = pytest.mark.frameworks
 
 JS = Path(__file__).resolve().parents[1] / "js" / "ai-sdk"
 AGENT = JS / "agent.mjs"
-NODE = shutil.which("node")
-NPM = shutil.which("npm")
 
 
 @pytest.fixture(scope="module")
 def node_project() -> Path:
     """``tests/js/ai-sdk`` with its locked packages installed (``npm ci`` once)."""
-    if NODE is None or NPM is None:
-        if os.environ.get("CI"):
-            pytest.fail("node and npm are needed; .ci/run installs them")
-        pytest.skip("node/npm not installed")
-    if not (JS / "node_modules" / "@ai-sdk" / "otel").exists():
-        subprocess.run([NPM, "ci", "--no-audit", "--no-fund"], cwd=JS, check=True, timeout=600)
-    return JS
+    return install_node_project(JS, "@ai-sdk/otel")
 
 
 @pytest.fixture
