@@ -34,9 +34,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 from collector import ToolResultProcessor
 from collector.config import CollectorConfig
-from collector.dialects import SpanData
-from collector.pipeline import Item, Pipeline
-from collector.tokens import TokenCounter
+from collector.measure.tokens import TokenCounter
+from collector.model import Item, SpanData
+from collector.pipeline import Pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 REALWORLD = Path(os.environ.get("TOOLMETER_REALWORLD", ROOT.parent / "shared" / "realworld" / "payloads"))

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import duckdb
 
-from collector.report import Filters
-from collector.store import Store, read_connection, recount_all_later_llm_calls
+from collector.query.ranking import Filters
+from collector.store.database import Store, read_connection, recount_all_later_llm_calls
 from dashboard import queries
 
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "streamlit_app.py")

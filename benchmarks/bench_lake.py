@@ -36,10 +36,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_dashboard import populate, timed  # noqa: E402
-from collector import lake as L  # noqa: E402
-from collector.lake_admin import maintain  # noqa: E402
-from collector.report import Filters, ranking  # noqa: E402
-from collector.store import Store, _connect, read_connection  # noqa: E402
+from collector.query.ranking import Filters, ranking  # noqa: E402
+from collector.store import lake as L  # noqa: E402
+from collector.store.database import Store, _connect, read_connection  # noqa: E402
+from collector.store.maintenance import maintain  # noqa: E402
 from tests.collector.test_ingest_cli import llm, otlp, tool  # noqa: E402
 
 

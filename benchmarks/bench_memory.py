@@ -306,7 +306,7 @@ def _post(url: str, body: bytes) -> int:
 
 
 def _stored(db: str) -> int:
-    from collector.store import read_connection
+    from collector.store.database import read_connection
 
     try:
         with read_connection(db, wait_s=5) as con:
@@ -379,7 +379,7 @@ def _mb(n: float) -> str:
 
 def json_working_set() -> int:
     """Python memory that parsing and fingerprinting one 1 MiB JSON result takes (tracemalloc peak)."""
-    from collector.measure import schema_of
+    from collector.measure.measurement import schema_of
 
     text = stream_result(0)
     tracemalloc.start()

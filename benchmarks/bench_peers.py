@@ -75,7 +75,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationSc
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-from collector.store import read_connection
+from collector.store.database import read_connection
 
 ROOT = Path(__file__).resolve().parent.parent
 VENVS = ROOT / ".bench-venvs"
@@ -512,7 +512,7 @@ class Server(abc.ABC):
 
 class Toolmeter(Server):
     name = "toolmeter"
-    query_path = "DuckDB: SELECT count(*) FROM tool_calls (collector.store.read_connection)"
+    query_path = "DuckDB: SELECT count(*) FROM tool_calls (collector.store.database.read_connection)"
 
     def __init__(self, workdir: Path) -> None:
         super().__init__(workdir)

@@ -31,8 +31,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-from collector.store import read_connection
-from collector.tokens import TokenCounter
+from collector.measure.tokens import TokenCounter
+from collector.store.database import read_connection
 
 ROOT = Path(__file__).resolve().parent.parent
 REALWORLD = Path(os.environ.get("TOOLMETER_REALWORLD", ROOT.parent / "shared" / "realworld" / "payloads"))

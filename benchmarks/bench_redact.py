@@ -12,8 +12,8 @@ import os
 import sys
 import time
 
-from collector import redact
-from collector.redact import Redactor
+from collector.measure import redaction as redact
+from collector.measure.redaction import Redactor
 
 
 def _sample_log(size: int = 1 << 20) -> bytes:

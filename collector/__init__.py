@@ -6,10 +6,10 @@ Two lines in an agent::
     provider.add_span_processor(ToolResultProcessor(db="toolmeter.duckdb"))
 """
 
+from collector.agent.processor import ToolResultProcessor
+from collector.agent.record import ToolResult, measured_tool, record_tool_result
 from collector.config import CollectorConfig
 from collector.errors import ConfigError, InputError, StoreError, ToolmeterError
-from collector.processor import ToolResultProcessor
-from collector.record import ToolResult, measured_tool, record_tool_result
 
 __version__ = "0.1.0"
 

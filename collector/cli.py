@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -24,11 +25,11 @@ from typing import Any
 from collector.config import CollectorConfig, env_bytes
 from collector.errors import InputError, ToolmeterError
 from collector.ingest import ingest_files
-from collector.lake import DATA_PATH_ENV, STATE_DIR_ENV, is_lake, redact
-from collector.payload_store import payload_dir
-from collector.report import RANK_METRICS, collector_totals, ranking
-from collector.store import read_connection
-from collector.tokens import ENCODINGS
+from collector.measure.tokens import ENCODINGS
+from collector.query.ranking import RANK_METRICS, collector_totals, ranking
+from collector.store.database import read_connection
+from collector.store.lake import DATA_PATH_ENV, STATE_DIR_ENV, is_lake, redact
+from collector.store.payloads import payload_dir
 
 DEFAULT_DEMO_DB = "toolmeter-demo.duckdb"
 SAMPLE_TRACES = Path(__file__).resolve().parent.parent / "sample_traces"
@@ -85,8 +86,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     )
     if summary.tool_calls and not args.no_alerts:
         # the alert a user expects after loading traces (the demo shows one) exists only once evaluated
-        from collector.alerts import evaluate
-        from collector.rules import load_rules
+        from collector.alerts.detection import evaluate
+        from collector.alerts.rules import load_rules
 
         new = evaluate(config.db, load_rules(args.rules))
         for alert in new:
@@ -141,7 +142,7 @@ def _doctor_table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from collector.coverage import check_store, coverage
+    from collector.query.coverage import check_store, coverage
 
     with read_connection(args.db) as con:
         check_store(con, redact(args.db))
@@ -167,9 +168,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _run_dashboard(db: str, port: int, host: str) -> int:
-    try:
-        import streamlit  # noqa: F401
-    except ImportError:
+    # looked up, not imported: the collector never loads the dashboard's packages itself
+    if importlib.util.find_spec("streamlit") is None or importlib.util.find_spec("plotly") is None:
         print(
             "toolmeter: the dashboard needs streamlit and plotly: pip install 'toolmeter[dashboard]'", file=sys.stderr
         )
@@ -226,8 +226,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"loading {len(files)} sample trace file(s) into {redact(args.db)} ...", flush=True)
     summary = ingest_files(files, config)
     print(f"{summary.tool_calls} tool calls, {summary.llm_calls} LLM calls measured\n")
-    from collector.alerts import evaluate
-    from collector.rules import Rules
+    from collector.alerts.detection import evaluate
+    from collector.alerts.rules import Rules
 
     for alert in evaluate(args.db, Rules()):
         print(f"alert: {alert.summary}")
@@ -244,8 +244,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from collector.receiver import DEFAULT_MAX_BODY_BYTES, MAX_BODY_ENV, TOKEN_ENV, ReceiverConfig, RunningReceiver
-    from collector.rules import load_rules
+    from collector.alerts.rules import load_rules
+    from collector.serve.receiver import (
+        DEFAULT_MAX_BODY_BYTES,
+        MAX_BODY_ENV,
+        TOKEN_ENV,
+        ReceiverConfig,
+        RunningReceiver,
+    )
 
     load_rules(args.rules)  # a bad rules file stops us here, naming its line and key
     config = CollectorConfig.resolve(db=args.db, encoding=args.encoding)
@@ -293,7 +299,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_lake_maintain(args: argparse.Namespace) -> int:
-    from collector.lake_admin import maintain
+    from collector.store.maintenance import maintain
 
     summary = maintain(args.db, snapshots_older_than=timedelta(seconds=_parse_duration(args.keep_snapshots)))
     print(f"maintained {redact(args.db)}:")
@@ -303,7 +309,7 @@ def cmd_lake_maintain(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from collector.lake_admin import migrate
+    from collector.store.maintenance import migrate
 
     copied = migrate(args.source, args.db, progress=lambda m: print(f"  {m}", flush=True))
     print(f"migrated {args.source} into {redact(args.db)}: {sum(copied.values()):,} row(s)")
@@ -319,7 +325,7 @@ def _parse_duration(text: str) -> float:
 
 
 def _maintain_periodically(db: str, every_s: float, stop: threading.Event) -> None:
-    from collector.lake_admin import maintain
+    from collector.store.maintenance import maintain
 
     while not stop.wait(every_s):
         try:
@@ -345,8 +351,8 @@ def _parse_since(text: str | None) -> datetime | None:
 
 
 def cmd_alerts(args: argparse.Namespace) -> int:
-    from collector.alerts import evaluate, list_alerts, set_state
-    from collector.rules import load_rules
+    from collector.alerts.detection import evaluate, list_alerts, set_state
+    from collector.alerts.rules import load_rules
 
     if args.ack or args.resolve:
         set_state(args.db, args.ack or args.resolve, "acknowledged" if args.ack else "resolved")
@@ -377,8 +383,8 @@ def cmd_alerts(args: argparse.Namespace) -> int:
 
 def run_watch(db: str, rules_path: str | None, webhook: str | None, interval: float, stop: threading.Event) -> None:
     """Evaluate the rules (and deliver) every ``interval`` seconds until ``stop`` is set."""
-    from collector.alerts import evaluate
-    from collector.rules import load_rules
+    from collector.alerts.detection import evaluate
+    from collector.alerts.rules import load_rules
 
     rules = load_rules(rules_path)
     while True:
@@ -386,7 +392,7 @@ def run_watch(db: str, rules_path: str | None, webhook: str | None, interval: fl
             for alert in evaluate(db, rules):
                 print(alert.summary, flush=True)
             if webhook:
-                from collector.webhook import deliver_pending
+                from collector.alerts.webhook import deliver_pending
 
                 deliver_pending(db, webhook)
         except ToolmeterError as e:
@@ -396,7 +402,7 @@ def run_watch(db: str, rules_path: str | None, webhook: str | None, interval: fl
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from collector.rules import load_rules
+    from collector.alerts.rules import load_rules
 
     load_rules(args.rules)  # a bad rules file fails now, with its line and key
     stop = threading.Event()
@@ -411,8 +417,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     import tempfile
 
-    from collector.alerts import check, store_for
-    from collector.rules import load_rules
+    from collector.alerts.detection import check, store_for
+    from collector.alerts.rules import load_rules
 
     rules = load_rules(args.rules)
     with tempfile.TemporaryDirectory(prefix="toolmeter-check-") as work:
@@ -488,7 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
         "doctor", help="coverage: per service and dialect, how many tool calls had a raw, a view, a call id"
     )
     _store_arguments(p, db_default)
-    p.add_argument("--json", action="store_true", help="print a JSON list (keys: see collector/coverage.py)")
+    p.add_argument("--json", action="store_true", help="print a JSON list (keys: see collector/query/coverage.py)")
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("serve", help="receive OTLP traces and logs (HTTP and gRPC) from agents in any language")

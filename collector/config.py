@@ -27,7 +27,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Final
 
 from collector.errors import ConfigError
-from collector.tokens import DEFAULT_ENCODING, ENCODINGS
+from collector.measure.tokens import DEFAULT_ENCODING, ENCODINGS
 
 ENV_PREFIX: Final = "TOOLMETER_"
 

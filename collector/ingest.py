@@ -8,11 +8,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from collector.config import CollectorConfig
-from collector.dialects import classify
+from collector.decode.files import read_file
+from collector.dialects.spans import classify
 from collector.errors import InputError
-from collector.model import Issue
-from collector.otlp_json import read_file
-from collector.pipeline import Item, Pipeline
+from collector.model import Issue, Item
+from collector.pipeline import Pipeline
 
 BATCH_SIZE = 256
 

@@ -9,8 +9,10 @@ values.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any, NamedTuple
 
 Range = tuple[int, int]
 """A half-open byte range ``[start, end)`` of a raw result's UTF-8 bytes."""
@@ -53,7 +55,7 @@ class ToolCall:
     raw_tokens_approximate: bool = False
     """The declared raw tokens are the source's estimate (Claude Code's ``result_tokens``), not a count."""
     raw_wrapper: str | None = None
-    """The framework envelope removed from the result (:mod:`collector.wrappers`), if any."""
+    """The framework envelope removed from the result (:mod:`collector.dialects.wrappers`), if any."""
     wrapped: str | bytes | None = None
     """The result as the span carried it, envelope included (to measure the envelope's overhead)."""
     view_tokens_declared: int | None = None
@@ -108,3 +110,59 @@ class Issue:
         if self.field:
             where += f" field {self.field}"
         return f"{where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class SpanData:
+    """A finished span, independent of where it came from."""
+
+    name: str
+    trace_id: str
+    span_id: str
+    start_ns: int
+    end_ns: int
+    attributes: Mapping[str, Any]
+    parent_span_id: str | None = None
+    resource: Mapping[str, Any] = field(default_factory=dict)
+    status_code: str = "unset"
+    status_message: str | None = None
+    dropped_attributes: int = 0
+    source: str = "process"
+    events: tuple[tuple[str, Mapping[str, Any], Any], ...] = ()
+    """The span's ``gen_ai.*`` events as (name, attributes, body): some instrumentations put the
+    result or the input messages there instead of in attributes."""
+
+
+def gen_ai_events(events: Any) -> tuple[tuple[str, Mapping[str, Any], Any], ...]:
+    """Keep only the GenAI events of ``(name, attributes)`` pairs (the rest is never read)."""
+    return tuple((n, a, None) for n, a in events if isinstance(n, str) and n.startswith("gen_ai."))
+
+
+@dataclass(frozen=True)
+class LogData:
+    """One OTLP log record (event), independent of where it came from."""
+
+    time_ns: int
+    attributes: Mapping[str, Any]
+    body: Any = None
+    event_name: str | None = None
+    trace_id: str | None = None
+    span_id: str | None = None
+    resource: Mapping[str, Any] = field(default_factory=dict)
+    source: str = "process"
+
+
+LOG = "log"
+
+
+class Item(NamedTuple):
+    """One span waiting to be measured, with payloads handed over in-process.
+
+    A NamedTuple, not a dataclass: the processor builds one per span on the agent's
+    thread, and a tuple is the cheapest record Python has.
+    """
+
+    kind: str
+    span: SpanData  # a LogData when kind is "log"
+    raw: str | bytes | None = None
+    view: str | bytes | None = None

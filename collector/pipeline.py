@@ -1,7 +1,7 @@
 """The measurement pipeline shared by the in-process processor and file ingest.
 
-spans -> (:mod:`collector.dialects`) tool and LLM calls -> (:mod:`collector.measure`)
-rows -> (:mod:`collector.store`) one transaction per batch.
+spans -> (:mod:`collector.dialects.spans`) tool and LLM calls -> (:mod:`collector.measure.measurement`)
+rows -> (:mod:`collector.store.database`) one transaction per batch.
 
 One bad span never costs the rest of its batch: it becomes an ``ingest_issues`` row
 (naming the source, span and field) and is counted in ``failed``.
@@ -19,17 +19,23 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from collector import matching
 from collector.config import CollectorConfig
-from collector.dialects import LLM, TOOL, SpanData, extract_llm_call, extract_tool_call
-from collector.measure import infer_retained, measure, merge_ranges, truncation_kind, without_surrogates
-from collector.messages import MESSAGE_EVENTS, OPERATION_DETAILS, ToolResponse, responses_from_logs, tool_responses
+from collector.dialects import matching
+from collector.dialects.messages import (
+    MESSAGE_EVENTS,
+    OPERATION_DETAILS,
+    ToolResponse,
+    responses_from_logs,
+    tool_responses,
+)
+from collector.dialects.spans import LLM, TOOL, extract_llm_call, extract_tool_call
+from collector.measure.measurement import infer_retained, measure, merge_ranges, truncation_kind, without_surrogates
+from collector.measure.redaction import Redactor
+from collector.measure.tokens import TokenCounter
 from collector.metrics import ToolMetrics
-from collector.model import Issue, ToolCall
-from collector.payload_store import PayloadStore, payload_dir
-from collector.redact import Redactor
-from collector.store import Batch, Store, WriteResult
-from collector.tokens import TokenCounter
+from collector.model import LOG, Issue, Item, ToolCall
+from collector.store.database import Batch, Store, WriteResult
+from collector.store.payloads import PayloadStore, payload_dir
 
 logger = logging.getLogger("toolmeter")
 
@@ -49,22 +55,6 @@ class Counters:
     """Requests a receiver answered 503 because its queue was full (the client retries)."""
     metric_requests: int = 0
     """OTLP metrics requests a receiver answered and discarded (``/v1/metrics``)."""
-
-
-LOG = "log"
-
-
-class Item(NamedTuple):
-    """One span waiting to be measured, with payloads handed over in-process.
-
-    A NamedTuple, not a dataclass: the processor builds one per span on the agent's
-    thread, and a tuple is the cheapest record Python has.
-    """
-
-    kind: str
-    span: SpanData  # a LogData when kind is "log"
-    raw: str | bytes | None = None
-    view: str | bytes | None = None
 
 
 INLINE_MAX_BYTES = 16 * 1024
@@ -423,7 +413,7 @@ class Pipeline:
 
     def _log_item(self, item: Item, batch: Batch, issues: list[Issue]) -> None:
         """An OTLP log event: Claude Code's tool results and API requests."""
-        from collector import claude_code  # only receivers and ingest of logs need it
+        from collector.dialects import claude_code  # only receivers and ingest of logs need it
 
         log = item.span
         call, found = claude_code.tool_call_from_log(log)  # type: ignore[arg-type]

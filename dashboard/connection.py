@@ -1,7 +1,7 @@
 """Reading the store from the dashboard: open per query, read-only, waiting out a writer.
 
 The collector opens the DuckDB file only for the length of a flush (see
-``collector.store``), so the dashboard never holds it: each query opens the file
+``collector.store.database``), so the dashboard never holds it: each query opens the file
 read-only, runs, and closes. Missing or locked files become a
 :class:`collector.errors.StoreError` with what to do, shown on the page.
 """
@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import duckdb
 
-from collector.store import read_connection
+from collector.store.database import read_connection
 
 T = TypeVar("T")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
-from collector.payload_store import Payload
+from collector.store.payloads import Payload
 
 CONTEXT_BYTES = 240
 """Bytes of unretained text shown on each side of a retained range."""

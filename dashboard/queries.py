@@ -14,10 +14,10 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from collector import coverage as cov
-from collector.alerts import schema_diff
-from collector.report import Filters, collector_totals, ranking
-from collector.store import rows_as_dicts
+from collector.alerts.detection import schema_diff
+from collector.query import coverage as cov
+from collector.query.ranking import Filters, collector_totals, ranking
+from collector.store.database import rows_as_dicts
 
 SIZE_METRICS = {"view_tokens": "tokens shown to the model", "raw_tokens": "tokens the tool produced",
                 "raw_bytes": "bytes the tool produced"}  # fmt: skip
@@ -332,5 +332,5 @@ def before_after_histogram(con: duckdb.DuckDBPyConnection, tool: str, evidence: 
 
 def coverage(con: duckdb.DuckDBPyConnection, filters: Filters) -> list[dict[str, Any]]:
     """Per service and dialect: shares of tool calls with a raw, a view, a call id, and the hints
-    (``collector.coverage``). Only the time range and services apply: LLM calls have no tool or encoding."""
+    (``collector.query.coverage``). Only the time range and services apply: LLM calls have no tool or encoding."""
     return cov.coverage(con, Filters(since=filters.since, until=filters.until, services=filters.services))

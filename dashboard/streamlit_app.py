@@ -12,8 +12,8 @@ from datetime import datetime, time, timedelta
 import streamlit as st
 
 from collector.errors import StoreError
-from collector.lake import redact
-from collector.report import Filters
+from collector.query.ranking import Filters
+from collector.store.lake import redact
 from dashboard import queries
 from dashboard.connection import db_path, run_query
 from dashboard.state import CACHE_TTL_S

@@ -30,7 +30,7 @@ def db_path(tmp_path: Path) -> str:
 
 @pytest.fixture(scope="session")
 def counter():  # type: ignore[no-untyped-def]
-    from collector.tokens import TokenCounter
+    from collector.measure.tokens import TokenCounter
 
     return TokenCounter("o200k_base")
 

@@ -21,7 +21,7 @@ def test_collector_never_imports_the_dashboard_stack() -> None:
     import sys
 
     code = (
-        "import sys, collector, collector.cli, collector.report;"
+        "import sys, collector, collector.cli, collector.query.ranking;"
         "bad = [m for m in ('streamlit', 'plotly', 'dashboard') if m in sys.modules];"
         "print(','.join(bad))"
     )
@@ -51,4 +51,4 @@ def test_the_wheel_ships_the_sample_traces_the_demo_loads(tmp_path) -> None:  # 
     names = zipfile.ZipFile(wheel).namelist()
     shipped = sorted(n for n in names if n.startswith("sample_traces/") and n.endswith(".json.gz"))
     assert shipped == sorted(f"sample_traces/{p.name}" for p in (root / "sample_traces").glob("*.json.gz"))
-    assert "collector/schema.sql" in names
+    assert "collector/store/schema.sql" in names

@@ -7,7 +7,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from collector.lake import redact
+from collector.store.lake import redact
 from dashboard import charts, queries
 from dashboard.connection import run_query
 from dashboard.format import human_tokens, percent

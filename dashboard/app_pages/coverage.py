@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from collector.report import Filters
+from collector.query.ranking import Filters
 from dashboard import queries
 from dashboard.connection import run_query
 from dashboard.format import human_tokens, percent

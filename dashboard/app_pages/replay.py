@@ -7,8 +7,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from collector.payload_store import Payload, load_payload
-from collector.report import Filters
+from collector.query.ranking import Filters
+from collector.store.payloads import Payload, load_payload
 from dashboard import charts, queries
 from dashboard.connection import run_query
 from dashboard.excerpt import excerpt, to_html

@@ -7,7 +7,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from collector.report import Filters
+from collector.query.ranking import Filters
 from dashboard import charts, queries
 from dashboard.connection import run_query
 from dashboard.format import human_bytes, human_tokens, percent

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from collector.config import CollectorConfig
-from collector.receiver import ReceiverConfig, RunningReceiver
+from collector.serve.receiver import ReceiverConfig, RunningReceiver
 
 TOKEN = "s3cret"
 

@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from collector import measured_tool, record_tool_result
 from collector.errors import ConfigError
-from collector.store import read_connection
+from collector.store.database import read_connection
 
 
 def test_a_bad_decorator_argument_fails_where_it_is_applied() -> None:
@@ -111,7 +111,7 @@ def test_sizes_in_the_environment_take_units_and_bad_ones_name_the_variable(tmp_
 def test_a_fork_while_the_parking_lock_is_held_does_not_deadlock_the_child() -> None:
     import os
 
-    from collector import _payloads
+    from collector.agent import handoff as _payloads
 
     with _payloads._lock:  # another thread of the agent is parking a payload when the fork happens
         pid = os.fork()

@@ -10,10 +10,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from collector.alerts import evaluate, list_alerts, set_state
+from collector.alerts.detection import evaluate, list_alerts, set_state
+from collector.alerts.rules import Rule, Rules, RulesError, parse_rules
 from collector.cli import main
-from collector.rules import Rule, Rules, RulesError, parse_rules
-from collector.store import Store
+from collector.store.database import Store
 
 DAY0 = datetime(2026, 11, 1)
 OLD = ["$:array", "$[]:object", "$[].id:integer", "$[].status:string"]

@@ -11,8 +11,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import Status, StatusCode
 
-from collector.console_json import iso_to_ns, looks_like_console_json, read_console_spans
-from collector.dialects import TOOL, classify, extract_tool_call
+from collector.decode.console import iso_to_ns, looks_like_console_json, read_console_spans
+from collector.dialects.spans import TOOL, classify, extract_tool_call
 from collector.model import Issue
 
 

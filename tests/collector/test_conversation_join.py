@@ -8,7 +8,7 @@ import json
 import pytest
 from opentelemetry import trace
 
-from collector.store import read_connection
+from collector.store.database import read_connection
 
 LOG = "\n".join(f"2026-11-20T10:{i // 60 % 60:02d}:{i % 60:02d}Z INFO checkout request {i} took {i % 97} ms"
                 for i in range(60_000))  # fmt: skip  # ~3.7 MB, over the 1 MiB payload cap

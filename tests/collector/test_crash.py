@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from collector.store import read_connection
+from collector.store.database import read_connection
 from tests.collector.test_ingest_cli import otlp, tool
 
 

@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from collector.dialects import LLM, TOOL, SpanData, classify, extract_llm_call, extract_tool_call
-from collector.store import read_connection
+from collector.dialects.spans import LLM, TOOL, classify, extract_llm_call, extract_tool_call
+from collector.model import SpanData
+from collector.store.database import read_connection
 
 
 def span(name: str, **attrs) -> SpanData:  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from collector.claude_code import (
+from collector.dialects.claude_code import (
     classify_log,
     llm_call_from_log,
     llm_call_from_log_with_issues,
@@ -20,8 +20,9 @@ from collector.claude_code import (
     synthetic_trace_id,
     tool_call_from_log,
 )
-from collector.dialects import LLM, TOOL, LogData, SpanData, classify, extract_llm_call, extract_tool_call
-from collector.store import read_connection
+from collector.dialects.spans import LLM, TOOL, classify, extract_llm_call, extract_tool_call
+from collector.model import LogData, SpanData
+from collector.store.database import read_connection
 
 RESULT = '[{"order_id": 1, "status": "refunded"}, {"order_id": 2, "status": "refunded"}]'
 ARGS = '{"status": "refunded"}'
@@ -298,7 +299,7 @@ def test_only_the_tool_span_of_an_agent_tree_is_a_tool_call() -> None:
 def test_claude_code_tool_spans_share_the_log_events_key() -> None:
     # claude_code.tool spans (monitoring docs, "Span attributes"): recorded, under the same key as the
     # call's tool_result log event so the two are one row; result_tokens is Claude Code's estimate
-    from collector.claude_code import synthetic_span_id
+    from collector.dialects.claude_code import synthetic_span_id
 
     attrs = {"span.type": "claude_code.tool", "tool_name": "Read", "tool_use_id": "toolu_1",
              "duration_ms": 12, "result_tokens": 300}  # fmt: skip

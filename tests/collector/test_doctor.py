@@ -11,9 +11,9 @@ import duckdb
 import pytest
 
 from collector.cli import main
-from collector.coverage import HINTS, KEYS, coverage
-from collector.report import Filters
-from collector.store import read_connection
+from collector.query.coverage import HINTS, KEYS, coverage
+from collector.query.ranking import Filters
+from collector.store.database import read_connection
 
 T0 = 1_763_800_000_000_000_000
 GENAI_SETTING = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"

@@ -44,15 +44,15 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from collector.config import CollectorConfig
-from collector.dialects import LLM, TOOL, classify, extract_llm_call, extract_tool_call
+from collector.decode.request import JSON, PROTOBUF, Decoded, decode_logs, decode_traces
+from collector.dialects.spans import LLM, TOOL, classify, extract_llm_call, extract_tool_call
 from collector.errors import InputError
-from collector.measure import MAX_INT64, measure
-from collector.model import ToolCall
-from collector.otlp_decode import JSON, PROTOBUF, Decoded, decode_logs, decode_traces
-from collector.pipeline import Item, Pipeline
-from collector.receiver import ReceiverConfig, RunningReceiver
-from collector.store import read_connection
-from collector.tokens import TokenCounter, get_encoding
+from collector.measure.measurement import MAX_INT64, measure
+from collector.measure.tokens import TokenCounter, get_encoding
+from collector.model import Item, ToolCall
+from collector.pipeline import Pipeline
+from collector.serve.receiver import ReceiverConfig, RunningReceiver
+from collector.store.database import read_connection
 
 # --- how many examples -------------------------------------------------------------------
 
@@ -935,7 +935,7 @@ def test_names_ids_and_counts_the_store_cannot_hold_are_cleaned_or_ignored(tmp_p
 
 
 def test_tool_responses_of_any_shape_are_read_without_raising() -> None:
-    from collector.messages import tool_responses
+    from collector.dialects.messages import tool_responses
 
     huge = "9" * 5000  # int() refuses more than 4300 digits
     attrs = {f"llm.input_messages.{huge}.message.role": "tool", f"llm.input_messages.{huge}.message.tool_call_id": "c",

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from collector.cli import main
-from collector.payload_store import load_payload
-from collector.store import read_connection
+from collector.store.database import read_connection
+from collector.store.payloads import load_payload
 from tests.conftest import SAMPLE_TRACES
 
 TOP_KEYS = {

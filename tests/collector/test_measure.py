@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from collector.measure import (
+from collector.measure.measurement import (
     clean_declared_ranges,
     infer_retained,
     infer_shape,

@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 
 from collector import record_tool_result
-from collector import spool as S
 from collector.config import CollectorConfig
-from collector.dialects import TOOL, SpanData
-from collector.pipeline import Item, Pipeline
-from collector.receiver import QueueFull, Receiver, ReceiverConfig
-from collector.store import read_connection
+from collector.dialects.spans import TOOL
+from collector.model import Item, SpanData
+from collector.pipeline import Pipeline
+from collector.serve import spool as S
+from collector.serve.receiver import QueueFull, Receiver, ReceiverConfig
+from collector.store.database import read_connection
 
 MiB = 1024 * 1024
 

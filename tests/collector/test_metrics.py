@@ -11,7 +11,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader, NumberDataPoint
 
-from collector.measure import measure
+from collector.measure.measurement import measure
 from collector.metrics import (
     CALLS,
     DROPPED_SPANS,

@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from collector import ToolResult, ToolResultProcessor, measured_tool, record_tool_result
 from collector.errors import ConfigError
-from collector.store import read_connection
+from collector.store.database import read_connection
 
 
 def tool_span(tracer, name="search_orders", **attrs):  # type: ignore[no-untyped-def]
@@ -40,7 +40,7 @@ def test_tool_and_llm_spans_are_recorded_with_exact_counts(provider_with, db_pat
     (row,) = rows(db_path, "SELECT tool_name, raw_bytes, raw_tokens, view_tokens, over_budget, shape FROM tool_calls")
     assert row == ("search_orders", len(raw), counter.count(raw).tokens, counter.count(raw).tokens, True, "list")
     assert rows(db_path, "SELECT count(*) FROM llm_calls") == [(4,)]
-    from collector.report import ranking
+    from collector.query.ranking import ranking
 
     with read_connection(db_path) as con:
         (ranked,) = ranking(con)

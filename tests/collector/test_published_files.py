@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from collector.store import read_connection
+from collector.store.database import read_connection
 
 RESULT = "\n".join(f"2026-11-20T10:00:{i % 60:02d}Z INFO line {i}" for i in range(200))
 

@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from collector.config import CollectorConfig
-from collector.receiver import Receiver, ReceiverConfig
-from collector.store import read_connection
+from collector.serve.receiver import Receiver, ReceiverConfig
+from collector.store.database import read_connection
 from tests.collector.conftest import TOKEN
 from tests.collector.test_ingest_cli import llm, otlp, tool
 

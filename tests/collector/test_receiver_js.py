@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.store import read_connection
+from collector.store.database import read_connection
 from tests.collector.conftest import TOKEN
 from tests.conftest import NODE, node_project
 

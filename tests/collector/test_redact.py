@@ -1,4 +1,4 @@
-"""Secret redaction (collector/redact.py).
+"""Secret redaction (collector/measure/redaction.py).
 
 Every secret here is generated at run time from a seeded RNG in the provider's format:
 fake, never a real credential, and never a literal in this file (so no scanner flags it).
@@ -13,9 +13,9 @@ import string
 
 import pytest
 
-from collector import redact
 from collector.errors import ConfigError
-from collector.redact import Redactor, Secret
+from collector.measure import redaction as redact
+from collector.measure.redaction import Redactor, Secret
 from tests.conftest import realworld, realworld_names
 
 RNG = random.Random(20240601)

@@ -8,8 +8,8 @@ import random
 import string
 from pathlib import Path
 
-from collector.payload_store import load_payload
-from collector.store import read_connection
+from collector.store.database import read_connection
+from collector.store.payloads import load_payload
 
 rng = random.Random(11)
 

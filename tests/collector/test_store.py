@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from collector.errors import StoreError
-from collector.store import Store, read_connection
+from collector.store.database import Store, read_connection
 
 AGENT = textwrap.dedent(
     """

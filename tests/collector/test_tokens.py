@@ -5,8 +5,8 @@ import os
 import pytest
 import tiktoken
 
-from collector import tokens
 from collector.errors import ConfigError
+from collector.measure import tokens
 from tests.conftest import realworld, realworld_names
 
 

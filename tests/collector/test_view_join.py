@@ -7,8 +7,8 @@ import json
 from opentelemetry.sdk.trace import TracerProvider
 
 from collector import ToolResultProcessor
-from collector.messages import tool_responses
-from collector.store import read_connection
+from collector.dialects.messages import tool_responses
+from collector.store.database import read_connection
 
 RAW = "\n".join(
     f"2026-11-20T10:{i // 60 % 60:02d}:{i % 60:02d}Z INFO request {i} served in {i % 97} ms" for i in range(3000)
@@ -102,7 +102,7 @@ def test_join_when_the_message_arrives_before_the_tool_span(provider_with, db_pa
 def test_a_late_joined_view_is_redacted_and_raw_counts_stay_those_of_the_original(
     provider_with, db_path: str, counter
 ) -> None:  # type: ignore[no-untyped-def]
-    from collector.payload_store import load_payload
+    from collector.store.payloads import load_payload
 
     secret = "ghp_" + "a1B2c3D4e5" * 4
     raw = RAW + f"\ntoken leaked: {secret}\n"

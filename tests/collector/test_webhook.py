@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
+from collector.alerts.webhook import DeliveryReport, alert_payload, deliver_pending
 from collector.errors import ConfigError, StoreError
-from collector.store import Store, read_connection
-from collector.webhook import DeliveryReport, alert_payload, deliver_pending
+from collector.store.database import Store, read_connection
 
 # --- a scripted webhook receiver ---------------------------------------------------------
 

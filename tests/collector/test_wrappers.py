@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from collector.dialects import TOOL, SpanData, classify, extract_tool_call, name_from_span_name
-from collector.measure import infer_retained, measure
-from collector.wrappers import unwrap
+from collector.dialects.spans import TOOL, classify, extract_tool_call, name_from_span_name
+from collector.dialects.wrappers import unwrap
+from collector.measure.measurement import infer_retained, measure
+from collector.model import SpanData
 
 RESULT = json.dumps([{"order_id": f"A-{i}", "status": "refunded", "total": i * 1.5} for i in range(40)])
 SMALL = "Order A-10001: shipped on 2026-11-19 via DHL."

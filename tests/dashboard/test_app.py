@@ -86,7 +86,7 @@ def test_missing_store_says_what_to_do(monkeypatch: pytest.MonkeyPatch, tmp_path
 
 
 def test_empty_store_says_how_to_send_traces(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from collector.store import Store
+    from collector.store.database import Store
 
     db = str(tmp_path / "empty.duckdb")
     Store(db).ensure_schema()

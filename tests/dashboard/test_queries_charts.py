@@ -3,9 +3,9 @@
 import duckdb
 import pytest
 
-from collector.payload_store import Payload
-from collector.report import Filters
-from collector.store import read_connection
+from collector.query.ranking import Filters
+from collector.store.database import read_connection
+from collector.store.payloads import Payload
 from dashboard import charts, queries
 from dashboard.excerpt import excerpt, to_html
 from dashboard.format import human_bytes, human_tokens, percent

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from collector.config import CollectorConfig
-from collector.receiver import ReceiverConfig, RunningReceiver
+from collector.serve.receiver import ReceiverConfig, RunningReceiver
 from tests.frameworks.fake_openai import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from collector.store import read_connection
-from collector.tokens import TokenCounter
+from collector.measure.tokens import TokenCounter
+from collector.store.database import read_connection
 
 COLUMNS = ("tool_name", "tool_call_id", "raw_bytes", "raw_tokens", "view_bytes", "view_tokens", "view_source",
            "truncated", "truncation_kind", "warnings", "dialect", "shape", "schema_fingerprint", "view_join", "origin",

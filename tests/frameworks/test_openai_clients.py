@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from collector.store import read_connection
+from collector.store.database import read_connection
 from tests.frameworks.expect import check_run, llm_count
 
 pytestmark = pytest.mark.frameworks

@@ -31,7 +31,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from collector.extensions import LAKE_EXTENSIONS, load_extensions
+from collector.store.extensions import LAKE_EXTENSIONS, load_extensions
 
 INSTALL_POSTGRES = "apt-get install -y postgresql"
 SERVER_OS_USER = "postgres"

@@ -18,7 +18,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from collector.extensions import LAKE_EXTENSIONS, load_extensions
+from collector.store.extensions import LAKE_EXTENSIONS, load_extensions
 
 from .conftest import Lake
 
@@ -268,7 +268,7 @@ _WRITER = textwrap.dedent(
     import sys, time
     from pathlib import Path
     import duckdb
-    from collector.extensions import LAKE_EXTENSIONS, load_extensions
+    from collector.store.extensions import LAKE_EXTENSIONS, load_extensions
 
     con = duckdb.connect()
     load_extensions(con, LAKE_EXTENSIONS, state_dir=Path(sys.argv[1]))

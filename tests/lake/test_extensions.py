@@ -11,7 +11,7 @@ import duckdb
 import pytest
 
 from collector.errors import StoreError
-from collector.extensions import (
+from collector.store.extensions import (
     INSTALL_HINT,
     LAKE_EXTENSIONS,
     ExtensionError,

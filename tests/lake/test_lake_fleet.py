@@ -25,12 +25,12 @@ from pathlib import Path
 
 import pytest
 
-from collector import lake as L
 from collector.config import CollectorConfig
 from collector.ingest import ingest_files
-from collector.lake_admin import maintain
-from collector.report import ranking
-from collector.store import read_connection
+from collector.query.ranking import ranking
+from collector.store import lake as L
+from collector.store.database import read_connection
+from collector.store.maintenance import maintain
 from tests.collector.test_ingest_cli import llm, otlp, tool
 
 from .conftest import Lake, PostgresServer

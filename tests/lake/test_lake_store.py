@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from collector import lake as L
 from collector.cli import main
 from collector.config import CollectorConfig
 from collector.ingest import ingest_files
-from collector.lake_admin import maintain, migrate
-from collector.payload_store import load_payload
-from collector.report import collector_totals, ranking
-from collector.store import read_connection
+from collector.query.ranking import collector_totals, ranking
+from collector.store import lake as L
+from collector.store.database import read_connection
+from collector.store.maintenance import maintain, migrate
+from collector.store.payloads import load_payload
 
 from .conftest import Lake
 
@@ -146,7 +146,7 @@ def test_cli_and_dashboard_work_on_a_lake(
 def test_a_lake_made_by_an_earlier_version_gains_the_new_columns(
     lake_store: str, file_store: tuple[str, list[str]]
 ) -> None:
-    from collector import store as S
+    from collector.store import database as S
 
     _, files = file_store
     ingest_files(files[:1], CollectorConfig(db=lake_store))

@@ -7,7 +7,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from collector.extensions import load_extensions
+from collector.store.extensions import load_extensions
 
 from .conftest import Lake, PostgresServer
 

@@ -3,7 +3,7 @@
 Window cost: a tool result stays in the context and is re-read by every later model
 call of its trace, so its cost is ``view_tokens x (LLM calls in the trace that start
 after the tool call ended)``; the store keeps that count per call (``later_llm_calls``,
-see ``collector.store``). A trace with no recorded LLM calls adds no window cost.
+see ``collector.store.database``). A trace with no recorded LLM calls adds no window cost.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import duckdb
 
-from collector.store import rows_as_dicts
+from collector.store.database import rows_as_dicts
 
 RANK_METRICS = {
     "view": "view_tokens_p99",

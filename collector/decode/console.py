@@ -36,8 +36,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from collector.dialects import SpanData, gen_ai_events
-from collector.model import Issue
+from collector.model import Issue, SpanData, gen_ai_events
 
 _STATUS = {"UNSET": "unset", "OK": "ok", "ERROR": "error"}
 _HEX = frozenset("0123456789abcdefABCDEF")

@@ -19,7 +19,7 @@ from typing import Any
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan
 
-from collector import attributes as A
+from collector.dialects import attributes as A
 
 logger = logging.getLogger("toolmeter")
 

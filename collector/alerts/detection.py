@@ -10,7 +10,7 @@ Detection, per tool, on the calls in the store:
   window cost per call, over ``window_days`` before and after the change.
 * **Rule**: alert when p99 view tokens grew by ``p99_view_ratio`` (default 1.5) or the
   over-budget rate rose by ``over_budget_points`` (default 10), with at least ``min_calls``
-  on each side (see :mod:`collector.rules`). Shrinking never alerts.
+  on each side (see :mod:`collector.alerts.rules`). Shrinking never alerts.
 * **Growth without a schema change**: the same rules on consecutive windows, at day
   boundaries where the schema did not change; one alert per episode.
 
@@ -31,10 +31,10 @@ from typing import Any
 
 import duckdb
 
+from collector.alerts.rules import Rule, Rules
 from collector.errors import InputError, StoreError
-from collector.lake import is_lake
-from collector.rules import Rule, Rules
-from collector.store import _connect, read_connection, rows_as_dicts
+from collector.store.database import _connect, read_connection, rows_as_dicts
+from collector.store.lake import is_lake
 
 CONFIRM_SHARE = 0.6
 """Share of the window after a change that the new fingerprint must hold."""

@@ -55,8 +55,8 @@ from typing import Any
 import duckdb
 
 from collector.errors import StoreError
-from collector.report import Filters
-from collector.store import rows_as_dicts
+from collector.query.ranking import Filters
+from collector.store.database import rows_as_dicts
 
 VIEW_SOURCES = ("message", "view", "declared", "retained")
 """``view_source`` values that mean a view was found; ``raw`` means none was."""

@@ -24,10 +24,10 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from collector import lake as L
 from collector.errors import InputError, StoreError
-from collector.payload_store import PayloadStore, payload_dir
-from collector.store import Store, _connect, _insert_new
+from collector.store import lake as L
+from collector.store.database import Store, _connect, _insert_new
+from collector.store.payloads import PayloadStore, payload_dir
 
 COMMITTED_BATCHES_KEPT = timedelta(days=7)
 """How long batch ids stay in ``committed_batches``: a writer retries a commit for minutes,

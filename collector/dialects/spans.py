@@ -3,11 +3,11 @@
 :func:`classify` is the cheap filter the processor runs on the span-ending thread: a
 handful of dictionary look-ups, no allocation of note. :func:`extract_tool_call` and
 :func:`extract_llm_call` run in the background and turn a :class:`SpanData` into the
-plain records that :mod:`collector.measure` measures.
+plain records that :mod:`collector.measure.measurement` measures.
 
 Precedence, for every field: ``toolmeter.*`` first, then the OpenTelemetry GenAI
 conventions, then OpenInference, Traceloop, Langfuse, MLflow, the Vercel AI SDK and
-Pydantic AI (the keys are listed in :mod:`collector.attributes`).
+Pydantic AI (the keys are listed in :mod:`collector.dialects.attributes`).
 
 Double counting: frameworks wrap a tool span in agent, chain or workflow spans whose
 output is often the very same result, and agent spans carry the *total* token usage of
@@ -26,13 +26,12 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from collector import attributes as A
-from collector.measure import MAX_INT64, parse_ranges, without_surrogates
-from collector.model import Issue, LlmCall, ToolCall
-from collector.wrappers import unwrap
+from collector.dialects import attributes as A
+from collector.dialects.wrappers import unwrap
+from collector.measure.measurement import MAX_INT64, parse_ranges, without_surrogates
+from collector.model import Issue, LlmCall, SpanData, ToolCall
 
 TOOL = "tool"
 LLM = "llm"
@@ -130,46 +129,6 @@ _MLFLOW_KINDS = {**dict.fromkeys(A.MLFLOW_TOOL_TYPES, TOOL), **dict.fromkeys(A.M
 _VERCEL_KINDS = {A.AI_TOOL_CALL: TOOL, **dict.fromkeys(A.AI_LLM_OPERATIONS, LLM)}
 
 
-@dataclass(frozen=True)
-class SpanData:
-    """A finished span, independent of where it came from."""
-
-    name: str
-    trace_id: str
-    span_id: str
-    start_ns: int
-    end_ns: int
-    attributes: Mapping[str, Any]
-    parent_span_id: str | None = None
-    resource: Mapping[str, Any] = field(default_factory=dict)
-    status_code: str = "unset"
-    status_message: str | None = None
-    dropped_attributes: int = 0
-    source: str = "process"
-    events: tuple[tuple[str, Mapping[str, Any], Any], ...] = ()
-    """The span's ``gen_ai.*`` events as (name, attributes, body): some instrumentations put the
-    result or the input messages there instead of in attributes."""
-
-
-def gen_ai_events(events: Any) -> tuple[tuple[str, Mapping[str, Any], Any], ...]:
-    """Keep only the GenAI events of ``(name, attributes)`` pairs (the rest is never read)."""
-    return tuple((n, a, None) for n, a in events if isinstance(n, str) and n.startswith("gen_ai."))
-
-
-@dataclass(frozen=True)
-class LogData:
-    """One OTLP log record (event), independent of where it came from."""
-
-    time_ns: int
-    attributes: Mapping[str, Any]
-    body: Any = None
-    event_name: str | None = None
-    trace_id: str | None = None
-    span_id: str | None = None
-    resource: Mapping[str, Any] = field(default_factory=dict)
-    source: str = "process"
-
-
 def classify(name: str, attrs: Mapping[str, Any] | None) -> str | None:
     """Return ``"tool"``, ``"llm"`` or None for a span (cheap: runs in ``on_end``).
 
@@ -261,7 +220,7 @@ def _result_event(events: tuple[tuple[str, Mapping[str, Any], Any], ...]) -> tup
             if value is not None:
                 return "gen_ai.choice", value
         elif name == "gen_ai.client.inference.operation.details" and attrs.get("gen_ai.output.messages") is not None:
-            from collector.messages import new_conversation, read_output
+            from collector.dialects.messages import new_conversation, read_output
 
             conv = new_conversation()
             read_output(conv, attrs["gen_ai.output.messages"])
@@ -471,7 +430,7 @@ def extract_tool_call(
     span_id = span.span_id
     if span.name == A.CC_TOOL_SPAN and call_id is not None:
         # the same key as the call's claude_code.tool_result log event: one row, whichever comes first
-        from collector.claude_code import synthetic_span_id
+        from collector.dialects.claude_code import synthetic_span_id
 
         span_id = synthetic_span_id("tool_use", str(call_id))
         if raw_bytes is None:

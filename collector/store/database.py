@@ -16,7 +16,7 @@ share one file the same way, taking turns.
 Rows are inserted in bulk from Arrow tables; a span already stored (same trace and span
 id) is skipped and counted as a duplicate, so ingesting a file twice is harmless.
 
-The same functions serve a DuckLake store (``ducklake:...``, see :mod:`collector.lake`):
+The same functions serve a DuckLake store (``ducklake:...``, see :mod:`collector.store.lake`):
 there is no file lock to wait for, so a process keeps the lake attached; tables carry no
 keys, so "skip what is stored" is an anti-join instead of ``INSERT OR IGNORE``, and
 counters and progress are appended rather than replaced (readers take the latest row).
@@ -42,8 +42,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from collector import lake as L
 from collector.errors import StoreError
+from collector.store import lake as L
 
 logger = logging.getLogger("toolmeter")
 
@@ -216,8 +216,8 @@ def rows_as_dicts(cur: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
 
 
 def schema_sql() -> str:
-    """The DDL of the store (``collector/schema.sql``)."""
-    return importlib.resources.files("collector").joinpath("schema.sql").read_text(encoding="utf-8")
+    """The DDL of the store (``collector/store/schema.sql``)."""
+    return importlib.resources.files("collector.store").joinpath("schema.sql").read_text(encoding="utf-8")
 
 
 _LAKE_ONLY_DROPS = (

@@ -5,7 +5,7 @@ attributes to see whether the span is a tool or LLM call, takes the payloads tha
 :func:`collector.record_tool_result` handed over, and appends to a bounded deque. It
 never blocks on I/O and never raises. A named daemon thread does the rest in batches:
 reading the span, counting tokens, inferring truncation, fingerprinting, and writing one
-DuckDB transaction per batch (:mod:`collector.store`).
+DuckDB transaction per batch (:mod:`collector.store.database`).
 
 When the deque is full (by count, or by the payload bytes held: queued or still being
 measured and written) the span is dropped and counted; the count is stored with every
@@ -21,19 +21,22 @@ import os
 import threading
 import time
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode, format_span_id, format_trace_id
 
-from collector import attributes as A
-from collector._payloads import register_processor, take_payloads
+from collector.agent.forward import Forwarder, with_payloads
+from collector.agent.handoff import register_processor, take_payloads
 from collector.config import CollectorConfig
-from collector.dialects import RESULT_KEYS, SpanData, classify, gen_ai_events
+from collector.dialects import attributes as A
+from collector.dialects.spans import RESULT_KEYS, classify
 from collector.errors import StoreError
-from collector.forward import Forwarder, with_payloads
-from collector.pipeline import Item, Pipeline
+from collector.model import Item, SpanData, gen_ai_events
+
+if TYPE_CHECKING:
+    from collector.pipeline import Pipeline
 
 logger = logging.getLogger("toolmeter")
 
@@ -66,6 +69,14 @@ def span_data(span: ReadableSpan, source: str = "process") -> SpanData:
 
 
 _warned: set[str] = set()
+
+
+def _local_pipeline(config: CollectorConfig, meter_provider: Any) -> Pipeline:
+    """The in-process store's pipeline. Imported here, not at the top: forwarding mode, the light
+    one, never loads DuckDB into the agent's process."""
+    from collector.pipeline import Pipeline
+
+    return Pipeline(config, meter_provider=meter_provider)
 
 
 def _warn_once(key: str, message: str) -> None:
@@ -127,7 +138,7 @@ class ToolResultProcessor(SpanProcessor):
         self._forward_token = forward_token
         self._forwarder = Forwarder(forward_to, forward_token) if forward_to else None
         self._meter_provider = meter_provider
-        self._pipeline = Pipeline(self.config, meter_provider=meter_provider) if self._forwarder is None else None
+        self._pipeline = _local_pipeline(self.config, meter_provider) if self._forwarder is None else None
         if self._pipeline is not None:
             self._pipeline.store.ensure_schema()  # fail here, in the user's set-up code, not later
         self._init_state()
@@ -168,7 +179,7 @@ class ToolResultProcessor(SpanProcessor):
         if self._forwarder is not None:
             self._forwarder = Forwarder(self._forward_to or "", self._forward_token)
         else:
-            self._pipeline = Pipeline(self.config, meter_provider=self._meter_provider)
+            self._pipeline = _local_pipeline(self.config, self._meter_provider)
         self._init_state()
 
     @property

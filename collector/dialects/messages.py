@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from collector.measure import without_surrogates
+from collector.measure.measurement import without_surrogates
 
 GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"
 OPERATION_DETAILS = "gen_ai.client.inference.operation.details"

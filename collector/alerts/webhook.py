@@ -74,8 +74,8 @@ from typing import Any
 import duckdb
 
 from collector.errors import ConfigError, StoreError
-from collector.lake import LakeSpec, is_lake
-from collector.store import LOCK_RETRY_SECONDS, _connect, rows_as_dicts
+from collector.store.database import LOCK_RETRY_SECONDS, _connect, rows_as_dicts
+from collector.store.lake import LakeSpec, is_lake
 
 logger = logging.getLogger("toolmeter")
 

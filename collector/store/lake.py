@@ -2,7 +2,7 @@
 
 A store is named by one string everywhere (``--db``, ``TOOLMETER_DB``, ``db=``):
 
-* a path (``toolmeter.duckdb``): the embedded DuckDB file (:mod:`collector.store`);
+* a path (``toolmeter.duckdb``): the embedded DuckDB file (:mod:`collector.store.database`);
 * ``ducklake:<catalog>``: a DuckLake, e.g. ``ducklake:postgres:dbname=toolmeter host=db1
   user=toolmeter password=...`` (a PostgreSQL catalog: any number of hosts) or
   ``ducklake:/shared/toolmeter.ducklake`` (a DuckDB-file catalog: one host). Table data is
@@ -13,7 +13,7 @@ A store is named by one string everywhere (``--db``, ``TOOLMETER_DB``, ``db=``):
 Unlike a DuckDB file, a lake has no single-writer lock, so a process keeps one DuckDB
 instance with the lake attached for its whole life and hands out a cursor per use
 (:func:`lake_cursor`). Attaching costs about half a second (extensions are loaded from the
-``lake`` extra's wheels, :mod:`collector.extensions`, and the catalog is read), which would
+``lake`` extra's wheels, :mod:`collector.store.extensions`, and the catalog is read), which would
 be too much per query or per flush. When the catalog connection breaks (PostgreSQL
 restarted), :func:`forget` drops the instance and the next use attaches again.
 
@@ -34,7 +34,7 @@ from typing import Final
 import duckdb
 
 from collector.errors import StoreError
-from collector.extensions import LAKE_EXTENSIONS, OBJECT_STORAGE_EXTENSIONS, load_extensions
+from collector.store.extensions import LAKE_EXTENSIONS, OBJECT_STORAGE_EXTENSIONS, load_extensions
 
 PREFIX: Final = "ducklake:"
 ALIAS: Final = "toolmeter_lake"
@@ -45,7 +45,7 @@ STATE_DIR_ENV: Final = "TOOLMETER_STATE_DIR"
 MAX_RETRY_COUNT: Final = 20
 """``ducklake_max_retry_count`` (DuckLake's default is 10): how often DuckLake itself retries a
 commit that lost a race with another writer. With :data:`RETRY_BACKOFF` the waits add up
-to about 19 s before the writer's own retry (:mod:`collector.store`) takes over."""
+to about 19 s before the writer's own retry (:mod:`collector.store.database`) takes over."""
 RETRY_BACKOFF: Final = 1.2
 """``ducklake_retry_backoff`` (default 1.5, which would make 20 retries wait hours)."""
 

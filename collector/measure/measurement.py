@@ -6,7 +6,7 @@ protobuf messages, so it is the same for the in-process processor and for file i
 What is measured, and how:
 
 * bytes: UTF-8 bytes of the raw result and of the model-facing view;
-* tokens: exact tiktoken counts (see :mod:`collector.tokens`);
+* tokens: exact tiktoken counts (see :mod:`collector.measure.tokens`);
 * truncated: declared by the tool, or inferred when the view differs from the raw;
 * retained ranges: declared byte ranges of the raw, or inferred by locating the
   view's pieces in the raw (:func:`infer_retained`);
@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from collector.measure.tokens import TokenCounter
 from collector.model import Range, Source, ToolCall
-from collector.tokens import TokenCounter
 
 MIN_MATCH = 16
 """Shortest piece of the view that counts as copied from the raw."""
@@ -419,7 +419,7 @@ def _envelope_of(view: str | None, raw: str | None) -> bool:
     ``{"result": raw}``): the model read all of it, so nothing was cut."""
     if view is None or raw is None or len(view) <= len(raw) or len(view) > 2 * len(raw) + 4096:
         return False
-    from collector.wrappers import ADK_TOOL_RESPONSE, unwrap
+    from collector.dialects.wrappers import ADK_TOOL_RESPONSE, unwrap
 
     return unwrap(view, ADK_TOOL_RESPONSE).text == raw
 

@@ -26,7 +26,7 @@ and Pydantic AI):
 * toolmeter: the ``toolmeter.*`` keys below.
 
 Claude Code reports tool calls as OTLP *log events*, not spans: see
-:mod:`collector.claude_code` and the ``CC_*`` keys below.
+:mod:`collector.dialects.claude_code` and the ``CC_*`` keys below.
 
 Only the tool span is a tool call: the agent, chain and workflow spans that frameworks
 wrap around it (often carrying the same result as their output) are never read as tool

@@ -47,10 +47,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from collector import attributes as A
-from collector.console_json import iso_to_ns
-from collector.dialects import LLM, TOOL, LogData
-from collector.model import Issue, LlmCall, ToolCall
+from collector.decode.console import iso_to_ns
+from collector.dialects import attributes as A
+from collector.dialects.spans import LLM, TOOL
+from collector.model import Issue, LlmCall, LogData, ToolCall
 
 DIALECT = "claude_code"
 _PREFIX = "claude_code."

@@ -6,7 +6,7 @@ Request path (kept short so exporters never wait on token counting):
 2. decode the body with the official protobuf messages or the OTLP/JSON rules (400 when
    it cannot be decoded; spans with bad ids are rejected and reported as partial success);
 3. refuse with 503 / ``UNAVAILABLE`` and a retry hint when the queue is full;
-4. append the body to the spool and fsync it (:mod:`collector.spool`): only now is the
+4. append the body to the spool and fsync it (:mod:`collector.serve.spool`): only now is the
    request **safe**, and only now is it acknowledged (200 / ``OK``).
 
 Measuring runs on a background thread that batches spooled requests, measures them on a
@@ -43,14 +43,15 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from collector import spool as S
 from collector.config import CollectorConfig
-from collector.dialects import LLM, TOOL, classify
+from collector.decode.request import JSON, PROTOBUF, Decoded, decode_logs, decode_traces
+from collector.dialects.spans import LLM, TOOL, classify
 from collector.errors import InputError, StoreError
-from collector.lake import LakeSpec, is_lake
-from collector.otlp_decode import JSON, PROTOBUF, Decoded, decode_logs, decode_traces
-from collector.pipeline import Item, Pipeline, interleaved
-from collector.store import Batch, read_progress
+from collector.model import Item
+from collector.pipeline import Pipeline, interleaved
+from collector.serve import spool as S
+from collector.store.database import Batch, read_progress
+from collector.store.lake import LakeSpec, is_lake
 
 logger = logging.getLogger("toolmeter")
 

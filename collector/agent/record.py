@@ -27,8 +27,8 @@ from typing import Any, ParamSpec, TypeVar
 
 from opentelemetry import trace
 
-from collector import attributes as A
-from collector._payloads import park_payloads
+from collector.agent.handoff import park_payloads
+from collector.dialects import attributes as A
 from collector.errors import ConfigError
 
 logger = logging.getLogger("toolmeter")

@@ -1,0 +1,1 @@
+"""Alert: envelope growth detection, rules, webhook delivery."""

@@ -1,0 +1,107 @@
+"""Read trace files into :class:`SpanData`: OTLP/JSON, JSON lines, ConsoleSpanExporter output, protobuf.
+
+Accepted: one ``ExportTraceServiceRequest`` per file, or one request per line (JSON Lines,
+as the OpenTelemetry Collector's file exporter writes), the SDK's ``ConsoleSpanExporter``
+output, or an OTLP protobuf request; any of them gzip-compressed (``.gz``). A span that
+cannot be read becomes an :class:`Issue` and the others are still read.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+
+from collector.decode.console import looks_like_console_json, read_console_spans
+from collector.decode.otlp_json import spans_from_request
+from collector.decode.request import PROTOBUF, decode_traces
+from collector.errors import InputError
+from collector.model import Issue, SpanData
+
+
+def read_file(path: str, issues: list[Issue]) -> Iterator[SpanData]:
+    """Yield every span in a trace file: OTLP/JSON (one request, or one per line), the
+    OpenTelemetry SDK's ``ConsoleSpanExporter`` output, or an OTLP protobuf
+    ``ExportTraceServiceRequest``; any of them gzip-compressed.
+
+    Raises:
+        InputError: the file cannot be opened, decompressed or parsed at all.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the file ({e.strerror})") from e
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as e:
+            raise InputError(f"{path}: looks gzip-compressed but cannot be decompressed ({e})") from e
+    if not data.strip():
+        raise InputError(f"{path}: the file is empty")
+    if data.lstrip()[:1] not in (b"{", b"["):
+        yield from _read_protobuf(path, data, issues)
+        return
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        issues.append(
+            Issue(
+                path,
+                f"is not valid UTF-8 (first bad byte at offset {e.start}); OTLP/JSON must be UTF-8. "
+                "Invalid bytes were replaced with U+FFFD and the rest was read.",
+            )
+        )
+        text = data.decode("utf-8", errors="replace")
+    if looks_like_console_json(text):
+        yield from read_console_spans(text, path, issues)
+        return
+    try:
+        request = json.loads(text)
+        if isinstance(request, dict) and isinstance(request.get("spans"), list) and "resourceSpans" not in request:
+            yield from read_console_spans(text, path, issues)  # a {"spans": [...]} wrapper of to_json() objects
+            return
+        if not isinstance(request, dict) or "resourceSpans" not in request:
+            what = (
+                type(request).__name__
+                if not isinstance(request, dict)
+                else "object with keys " + ", ".join(sorted(request)[:8])
+            )
+            raise InputError(
+                f"{path}: a JSON {what}, which is not a trace file toolmeter reads. Expected an OTLP/JSON "
+                "ExportTraceServiceRequest ('resourceSpans'), one per line, ConsoleSpanExporter / "
+                "ReadableSpan.to_json() output (objects with 'context' or 'trace_id' and 'span_id', alone, in a "
+                "list or under 'spans'), or OTLP protobuf"
+            )
+        yield from spans_from_request(request, path, issues)
+        return
+    except json.JSONDecodeError as whole_error:
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        if len(lines) < 2:
+            raise InputError(
+                f"{path}: not valid JSON (line {whole_error.lineno}, column {whole_error.colno}: {whole_error.msg}). "
+                "Expected an OTLP/JSON ExportTraceServiceRequest, one per line, or ConsoleSpanExporter output."
+            ) from whole_error
+    except RecursionError as e:
+        raise InputError(f"{path}: JSON nested too deeply to parse") from e
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as e:
+            issues.append(Issue(path, f"line {n} is not valid JSON ({e}); that line was skipped", level="error"))
+            continue
+        yield from spans_from_request(request, f"{path}:{n}", issues)
+
+
+def _read_protobuf(path: str, data: bytes, issues: list[Issue]) -> Iterator[SpanData]:
+    try:
+        decoded = decode_traces(data, PROTOBUF, path)
+    except InputError as e:
+        raise InputError(
+            f"{path}: neither JSON nor an OTLP protobuf ExportTraceServiceRequest ({e}). "
+            "Accepted: OTLP/JSON, JSON lines, ConsoleSpanExporter output, OTLP protobuf; optionally gzipped."
+        ) from e
+    issues += decoded.issues
+    yield from decoded.spans

@@ -1,0 +1,1 @@
+"""Query: named, bound queries over the store shared by the CLI and the dashboard."""

@@ -1,0 +1,1 @@
+"""Serve: the OTLP receiver (HTTP and gRPC) and its durable spool."""

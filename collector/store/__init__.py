@@ -1,0 +1,1 @@
+"""Store: the DuckDB file and DuckLake backends, their schema, payloads, extensions and maintenance."""
