@@ -38,7 +38,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.bench_dashboard import populate, timed  # noqa: E402
 from collector.query.ranking import Filters, ranking  # noqa: E402
 from collector.store import lake as L  # noqa: E402
-from collector.store.database import Store, _connect, read_connection  # noqa: E402
+from collector.store.connection import connect, read_connection  # noqa: E402
+from collector.store.database import Store  # noqa: E402
 from collector.store.maintenance import maintain  # noqa: E402
 from tests.collector.test_ingest_cli import llm, otlp, tool  # noqa: E402
 
@@ -139,7 +140,7 @@ def query_latency(lake: str, work: Path, calls: int, commits: int, rounds: int) 
     populate(con, calls)
     con.close()
     Store(lake).ensure_schema()
-    lcon = _connect(lake, read_only=False, wait_s=0)
+    lcon = connect(lake, read_only=False, wait_s=0)
     chunk = calls // commits
     t0 = time.perf_counter()
     for c in range(commits):

@@ -1,22 +1,34 @@
-"""Collector configuration: one frozen dataclass, with precedence argument > environment > default.
+"""Configuration: every ``TOOLMETER_*`` variable is named, documented and parsed here.
 
-Environment variables (each read once, when a config is built):
+Precedence is argument > environment > default. :class:`CollectorConfig` holds the
+settings of the measuring pipeline; the other variables are read through the functions
+below, each validated where it is read, with an error that names the variable and value.
+Nothing here writes to the environment: toolmeter runs inside the observed agent.
 
-=================================  ===========================================  ===================
-variable                           meaning                                      default
-=================================  ===========================================  ===================
-``TOOLMETER_DB``                   path of the DuckDB store                     ``toolmeter.duckdb``
-``TOOLMETER_ENCODING``             tiktoken encoding for counts                 ``o200k_base``
-``TOOLMETER_STORE_PAYLOADS``       keep payloads for replay (``false``: numbers only)  ``true``
-``TOOLMETER_PAYLOAD_CAP_BYTES``    larger payloads keep head and tail only      ``1048576``
-``TOOLMETER_MAX_QUEUE_SIZE``       spans waiting for the worker, at most        ``4096``
-``TOOLMETER_MAX_QUEUED_BYTES``     payload bytes waiting, at most               ``268435456``
-``TOOLMETER_MAX_BATCH_SIZE``       spans measured and written per batch         ``512``
-``TOOLMETER_FLUSH_INTERVAL``       seconds between writes                       ``1.0``
-=================================  ===========================================  ===================
+=================================  ================================================  ======================
+variable                           meaning                                           default
+=================================  ================================================  ======================
+``TOOLMETER_DB``                   the store: a DuckDB file or ``ducklake:...``      ``toolmeter.duckdb``
+``TOOLMETER_ENCODING``             tiktoken encoding for counts                      ``o200k_base``
+``TOOLMETER_STORE_PAYLOADS``       keep payloads for replay (``false``: numbers)     ``true``
+``TOOLMETER_PAYLOAD_CAP_BYTES``    larger payloads keep head and tail only           ``1MiB``
+``TOOLMETER_MAX_QUEUE_SIZE``       spans waiting for the worker, at most             ``4096``
+``TOOLMETER_MAX_QUEUED_BYTES``     payload bytes waiting, at most                    ``256MiB``
+``TOOLMETER_MAX_BATCH_SIZE``       spans measured and written per batch              ``512``
+``TOOLMETER_FLUSH_INTERVAL``       seconds between writes                            ``1.0``
+``TOOLMETER_RECEIVER_TOKEN``       bearer token ``toolmeter serve`` requires         none
+``TOOLMETER_MAX_BODY_BYTES``       largest OTLP request ``serve`` accepts            ``64MiB``
+``TOOLMETER_WEBHOOK_URL``          where ``serve`` and ``watch`` POST new alerts     none
+``TOOLMETER_DATA_PATH``            where a new DuckLake keeps its Parquet files      next to the catalog
+``TOOLMETER_STATE_DIR``            this host's state: extensions, a lake's spool     ``.toolmeter``
+``TOOLMETER_REDACT``               ``off``: store payloads without masking secrets   on
+``TOOLMETER_REDACT_PATTERNS``      extra secret patterns, JSON ``{"name": regex}``   none
+``TOOLMETER_STRICT``               re-raise failures on the agent's thread (tests)   off
+=================================  ================================================  ======================
 
-When the queue is full, new spans are dropped and counted (never raised into the agent);
-the count is stored in ``collector_stats.dropped`` and shown by the dashboard.
+Sizes take units: ``67108864``, ``64MiB``, ``64MB`` (10**6), ``1.5GiB``. When the queue is
+full, new spans are dropped and counted (never raised into the agent); the count is stored
+in ``collector_stats.dropped`` and shown by the dashboard.
 """
 
 from __future__ import annotations
@@ -31,12 +43,66 @@ from collector.measure.tokens import DEFAULT_ENCODING, ENCODINGS
 
 ENV_PREFIX: Final = "TOOLMETER_"
 
+DEFAULT_DB: Final = "toolmeter.duckdb"
+"""The store when neither ``--db``/``db=`` nor ``TOOLMETER_DB`` names one."""
+DEFAULT_DEMO_DB: Final = "toolmeter-demo.duckdb"
+"""The store ``toolmeter demo`` builds (kept apart from a real store)."""
+
+DB_ENV: Final = "TOOLMETER_DB"
+RECEIVER_TOKEN_ENV: Final = "TOOLMETER_RECEIVER_TOKEN"
+"""Bearer token every request to ``toolmeter serve`` must carry (``Authorization: Bearer <token>``)."""
+MAX_BODY_BYTES_ENV: Final = "TOOLMETER_MAX_BODY_BYTES"
+"""Largest OTLP request body ``toolmeter serve`` accepts (after gzip); larger ones get 413."""
+DEFAULT_MAX_BODY_BYTES: Final = 64 * 1024 * 1024
+WEBHOOK_URL_ENV: Final = "TOOLMETER_WEBHOOK_URL"
+"""Where ``serve`` and ``watch`` POST alerts as they open."""
+DATA_PATH_ENV: Final = "TOOLMETER_DATA_PATH"
+"""Where a new DuckLake keeps its Parquet files: a shared folder or ``s3://...``."""
+STATE_DIR_ENV: Final = "TOOLMETER_STATE_DIR"
+"""This host's own state: DuckDB extensions, a lake receiver's spool."""
+DEFAULT_STATE_DIR: Final = ".toolmeter"
+REDACT_ENV: Final = "TOOLMETER_REDACT"
+"""``off`` stores payloads as they are; anything else masks secrets before they are stored."""
+REDACT_PATTERNS_ENV: Final = "TOOLMETER_REDACT_PATTERNS"
+"""Extra secret patterns: a JSON object of name -> regular expression."""
+STRICT_ENV: Final = "TOOLMETER_STRICT"
+"""Re-raise failures on the agent's thread instead of logging them (toolmeter's tests; never in production)."""
+
+
+def env_text(env_name: str, given: str | None = None) -> str | None:
+    """``given`` when it is not None, else the variable, else None (empty counts as unset)."""
+    if given is not None:
+        return given
+    return os.environ.get(env_name) or None
+
+
+def store_path(given: str | None = None) -> str:
+    """The store named by an argument, else ``TOOLMETER_DB``, else :data:`DEFAULT_DB`."""
+    return env_text(DB_ENV, given) or DEFAULT_DB
+
+
+def receiver_token(given: str | None = None) -> str | None:
+    return env_text(RECEIVER_TOKEN_ENV, given)
+
+
+def max_body_bytes(given: int | None = None) -> int:
+    return given if given else env_bytes(MAX_BODY_BYTES_ENV, DEFAULT_MAX_BODY_BYTES)
+
+
+def webhook_url(given: str | None = None) -> str | None:
+    return env_text(WEBHOOK_URL_ENV, given)
+
+
+def strict() -> bool:
+    """Read at each use, not at import: a test may set it after toolmeter is imported."""
+    return (os.environ.get(STRICT_ENV) or "").lower() in ("1", "true", "yes", "on")
+
 
 @dataclass(frozen=True)
 class CollectorConfig:
     """Resolved collector settings. Build with :meth:`resolve` to apply the environment."""
 
-    db: str = "toolmeter.duckdb"
+    db: str = DEFAULT_DB
     encoding: str = DEFAULT_ENCODING
     store_payloads: bool = True
     payload_cap_bytes: int = 1024 * 1024

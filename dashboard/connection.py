@@ -8,27 +8,26 @@ read-only, runs, and closes. Missing or locked files become a
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import TypeVar
 
 import duckdb
 
+from collector.config import store_path
 from collector.store.database import read_connection
 
 T = TypeVar("T")
 
-DB_ENV = "TOOLMETER_DB"
-
 
 def db_path(argv: list[str] | None = None) -> str:
-    """The store path: ``--db PATH`` after streamlit's ``--``, else ``$TOOLMETER_DB``, else the demo store."""
+    """The store path: ``--db PATH`` after streamlit's ``--``, else ``$TOOLMETER_DB``, else the same
+    default as the collector's (:data:`collector.config.DEFAULT_DB`)."""
     args = argv or []
     if "--db" in args:
         i = args.index("--db")
         if i + 1 < len(args):
             return args[i + 1]
-    return os.environ.get(DB_ENV, "toolmeter-demo.duckdb")
+    return store_path()
 
 
 def run_query(path: str, query: Callable[[duckdb.DuckDBPyConnection], T], wait_s: float = 10.0) -> T:

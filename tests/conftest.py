@@ -21,6 +21,15 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if (name.startswith("TOOLMETER_") and name != "TOOLMETER_REALWORLD") or name.startswith("OTEL_"):
             monkeypatch.delenv(name, raising=False)
+    # a failure toolmeter would swallow on the agent's thread fails the test instead; the tests of
+    # that containment itself turn it off (the `contained` fixture)
+    monkeypatch.setenv("TOOLMETER_STRICT", "1")
+
+
+@pytest.fixture
+def contained(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Failures on the agent's thread are logged and contained, as in production."""
+    monkeypatch.delenv("TOOLMETER_STRICT", raising=False)
 
 
 @pytest.fixture

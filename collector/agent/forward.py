@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import logging
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -60,8 +61,11 @@ class Forwarder:
         self.sent = 0
         self.failed = 0
 
-    def send(self, spans: Sequence[ReadableSpan], stopping: bool = False) -> bool:
-        """Send ``spans``; True when the receiver acknowledged them."""
+    def send(self, spans: Sequence[ReadableSpan], stop: threading.Event | None = None) -> bool:
+        """Send ``spans``; True when the receiver acknowledged them.
+
+        ``stop`` is the worker's shutdown event: a backoff wait ends when it is set, and the
+        attempts after it wait at most 2 s each, so exit is never held for long."""
         body = gzip.compress(encode_spans(spans).SerializeToString(), compresslevel=1)
         headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}
         if self.token:
@@ -85,7 +89,12 @@ class Forwarder:
                 logger.warning("toolmeter cannot reach %s (%s); attempt %d of %d", self.url, e, attempt + 1,
                                MAX_ATTEMPTS)  # fmt: skip
             if attempt + 1 < MAX_ATTEMPTS:
-                time.sleep(min(delay, 2) if stopping else delay)
+                if stop is None:
+                    time.sleep(delay)
+                elif stop.is_set():
+                    time.sleep(min(delay, 2))  # shutting down: short waits for the few attempts left
+                else:
+                    stop.wait(delay)  # shutdown ends the wait
                 delay = min(delay * 2, 30)
         self.failed += len(spans)
         return False

@@ -15,11 +15,8 @@ flush and shown by the dashboard.
 from __future__ import annotations
 
 import atexit
-import collections
 import logging
 import os
-import threading
-import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -28,21 +25,21 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode, format_span_id, format_trace_id
 
 from collector.agent.forward import Forwarder, with_payloads
+from collector.agent.guard import contain
 from collector.agent.handoff import register_processor, take_payloads
 from collector.config import CollectorConfig
 from collector.dialects import attributes as A
 from collector.dialects.spans import RESULT_KEYS, classify
-from collector.errors import StoreError
+from collector.errors import ConfigError, StoreError
 from collector.model import Item, SpanData, gen_ai_events
+from collector.worker import BatchWorker
 
 if TYPE_CHECKING:
     from collector.pipeline import Pipeline
+    from collector.store.database import Batch
 
 logger = logging.getLogger("toolmeter")
 
-_SUPPRESS_KEY = otel_context._SUPPRESS_INSTRUMENTATION_KEY
-"""The SDK's own key (instrumentations check this one): a key made with ``create_key`` is a new,
-random key that no instrumentation reads, and toolmeter's own sends would be traced."""
 _STATUS = {StatusCode.OK: "ok", StatusCode.ERROR: "error", StatusCode.UNSET: "unset"}
 
 
@@ -68,9 +65,6 @@ def span_data(span: ReadableSpan, source: str = "process") -> SpanData:
     )
 
 
-_warned: set[str] = set()
-
-
 def _local_pipeline(config: CollectorConfig, meter_provider: Any) -> Pipeline:
     """The in-process store's pipeline. Imported here, not at the top: forwarding mode, the light
     one, never loads DuckDB into the agent's process."""
@@ -79,13 +73,7 @@ def _local_pipeline(config: CollectorConfig, meter_provider: Any) -> Pipeline:
     return Pipeline(config, meter_provider=meter_provider)
 
 
-def _warn_once(key: str, message: str) -> None:
-    """A failure on the agent's thread: logged at warning the first time, at debug after."""
-    if key in _warned:
-        logger.debug(message, exc_info=True)
-    else:
-        _warned.add(key)
-        logger.warning(message, exc_info=True)
+SHUTDOWN_TIMEOUT_S = 60.0
 
 
 class ToolResultProcessor(SpanProcessor):
@@ -93,6 +81,8 @@ class ToolResultProcessor(SpanProcessor):
 
     Args:
         db: path of the DuckDB file (created on first use).
+        config: a whole :class:`CollectorConfig` instead of the separate settings below (the
+            two cannot be mixed).
         encoding: tiktoken encoding for counts, ``o200k_base`` or ``cl100k_base``.
         store_payloads: keep payloads for replay; False keeps numbers only.
         payload_cap_bytes: larger payloads are stored as head and tail, said explicitly.
@@ -113,6 +103,7 @@ class ToolResultProcessor(SpanProcessor):
         self,
         db: str | os.PathLike[str] | None = None,
         *,
+        config: CollectorConfig | None = None,
         encoding: str | None = None,
         store_payloads: bool | None = None,
         payload_cap_bytes: int | None = None,
@@ -124,7 +115,7 @@ class ToolResultProcessor(SpanProcessor):
         forward_token: str | None = None,
         meter_provider: Any = None,
     ) -> None:
-        self.config = CollectorConfig.resolve(
+        settings = dict(
             db=os.fspath(db) if db is not None else None,
             encoding=encoding,
             store_payloads=store_payloads,
@@ -134,6 +125,13 @@ class ToolResultProcessor(SpanProcessor):
             max_batch_size=max_batch_size,
             flush_interval=flush_interval,
         )
+        if config is not None:
+            given = sorted(k for k, v in settings.items() if v is not None)
+            if given:
+                raise ConfigError(f"pass either config= or {', '.join(given)}, not both")
+            self.config = config
+        else:
+            self.config = CollectorConfig.resolve(**settings)
         self._forward_to = forward_to
         self._forward_token = forward_token
         self._forwarder = Forwarder(forward_to, forward_token) if forward_to else None
@@ -143,7 +141,7 @@ class ToolResultProcessor(SpanProcessor):
             self._pipeline.store.ensure_schema()  # fail here, in the user's set-up code, not later
         self._init_state()
         register_processor(self)
-        # A forked child inherits the deque and counters but not the worker thread:
+        # A forked child inherits the queue and counters but not the worker thread:
         # start afresh there. WeakMethod, so the hook does not keep us alive.
         if hasattr(os, "register_at_fork"):
             weak_reinit = weakref.WeakMethod(self._at_fork_reinit)
@@ -151,29 +149,25 @@ class ToolResultProcessor(SpanProcessor):
         weak_shutdown = weakref.WeakMethod(self.shutdown)
         atexit.register(lambda: (m := weak_shutdown()) and m())
 
-    # --- state -------------------------------------------------------------------------
-
     def _init_state(self) -> None:
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
-        """Set by shutdown: a retry's wait ends at once, so exit is not held by a backoff."""
-        self._idle = threading.Condition(self._lock)
-        self._queue: collections.deque[tuple[Item, int]] = collections.deque()
-        self._max_queue = self.config.max_queue_size
-        self._max_bytes = self.config.max_queued_bytes
-        self._max_batch = self.config.max_batch_size
-        self._seen = 0  # tool/LLM spans offered (guarded by _lock, like _dropped)
-        self._dropped = 0
-        self._queued_bytes = 0  # payload bytes held: queued, or popped and not yet written
-        self._enqueued = 0  # items accepted so far
-        self._done = 0  # items accepted and then written or given up on
         self._shutdown = False
-        self._dropped_warned = False
-        self._dropped_reported = 0
+        self._pending: tuple[list[Item], Batch] | None = None
         self._pid = os.getpid()
-        self._worker = threading.Thread(target=self._run, name="toolmeter-worker", daemon=True)
-        self._worker.start()
+        self._worker: BatchWorker[Item] = BatchWorker(
+            "toolmeter-worker",
+            self._write_items,
+            give_up=self._give_up,
+            max_items=self.config.max_queue_size,
+            max_bytes=self.config.max_queued_bytes,
+            batch_items=self.config.max_batch_size,
+            interval=self.config.flush_interval,
+            # a store error keeps the batch (the file may be held by a reader, the disk full);
+            # anything else is a bug in measuring that retrying would not fix
+            retry_on=(StoreError,),
+            what="span",
+            full_message="toolmeter queue is full; dropping tool spans and counting them. "
+            "Raise max_queue_size / max_queued_bytes if this persists",
+        )
 
     def _at_fork_reinit(self) -> None:
         if self._forwarder is not None:
@@ -191,8 +185,8 @@ class ToolResultProcessor(SpanProcessor):
         else:
             fw = self._forwarder
             snap = {"forwarded": fw.sent if fw else 0, "failed": fw.failed if fw else 0}
-        with self._lock:
-            snap.update(spans_seen=self._seen, dropped=self._dropped, queued=len(self._queue))
+        w = self._worker
+        snap.update(spans_seen=w.offered, dropped=w.dropped, queued=w.queued)
         return snap
 
     # --- the agent's thread ------------------------------------------------------------
@@ -213,119 +207,41 @@ class ToolResultProcessor(SpanProcessor):
                 size += len(raw)
             if view is not None:
                 size += len(view)
-            with self._lock:
-                self._seen += 1
-                queue = self._queue
-                held = self._queued_bytes  # one payload over the limit goes through when nothing is held
-                if len(queue) >= self._max_queue or (held and held + size > self._max_bytes):
-                    self._dropped += 1
-                    if not self._dropped_warned:
-                        self._dropped_warned = True
-                        logger.warning(
-                            "toolmeter queue is full (%d spans); dropping tool spans and counting them. "
-                            "Raise max_queue_size / max_queued_bytes if this persists.",
-                            len(queue),
-                        )
-                    return
-                # the span is immutable once ended; the worker reads it
-                queue.append((Item(kind, span, raw, view), size))  # type: ignore[arg-type]
-                self._queued_bytes += size
-                self._enqueued += 1
-                full = len(queue) >= self._max_batch
-            if full:
-                self._wake.set()
+            # the span is immutable once ended; the worker reads it
+            self._worker.offer(Item(kind, span, raw, view), size)  # type: ignore[arg-type]
         except Exception:  # never into the agent
-            _warn_once(
-                "on_end", "toolmeter could not queue a span (it is dropped; further failures are logged at debug)"
-            )
+            contain("queueing a span in on_end", "the span is not recorded")
 
-    # --- the worker ----------------------------------------------------------------------
-
-    def _report_drops(self) -> None:
-        """Once the queue has emptied after drops, say how many (holding ``_lock``), and warn
-        again on the next episode: not once per process lifetime."""
-        if self._dropped > self._dropped_reported:
-            logger.warning(
-                "toolmeter dropped %d span(s) while its queue was full (%d in all); the queue has room again",
-                self._dropped - self._dropped_reported, self._dropped,
-            )  # fmt: skip
-            self._dropped_reported = self._dropped
-            self._dropped_warned = False
-
-    def _run(self) -> None:
-        # Anything instrumented that we call (none today) must not trace itself.
-        otel_context.attach(otel_context.set_value(_SUPPRESS_KEY, True))
-        interval = self.config.flush_interval
-        while True:
-            self._wake.wait(interval)
-            self._wake.clear()
-            self._drain()
-            if self._shutdown:
-                with self._lock:
-                    if not self._queue:
-                        return
-
-    def _drain(self) -> None:
-        """Write everything queued now, batch by batch."""
-        while True:
-            with self._lock:
-                if not self._queue:
-                    self._report_drops()
-                    return
-                n = min(len(self._queue), self._max_batch)
-                entries = [self._queue.popleft() for _ in range(n)]
-            items = [item for item, _ in entries]
-            self._write_items(items)
-            # the payloads stay counted until written: the batch in hand and the queue
-            # behind it together hold at most max_queued_bytes
-            size = sum(size for _, size in entries)
-            n = len(items)
-            del entries, items
-            with self._lock:
-                self._queued_bytes -= size
-                self._done += n
-                self._idle.notify_all()
+    # --- the worker thread -----------------------------------------------------------------
 
     def _write_items(self, items: list[Item]) -> None:
         if self._forwarder is not None:
             spans = [with_payloads(i.span, i.raw, i.view) for i in items]  # type: ignore[arg-type]
-            self._forwarder.send(spans, stopping=self._shutdown)
+            self._forwarder.send(spans, stop=self._worker.stopping)
             return
         pipeline = self._pipeline
         assert pipeline is not None
-        converted = []
-        for item in items:
-            span = item.span
-            if isinstance(span, ReadableSpan):
-                span = span_data(span)
-            converted.append(Item(item.kind, span, item.raw, item.view))
-        batch = pipeline.build_batch(converted)
-        with self._lock:
-            seen, dropped = self._seen, self._dropped
+        # a batch whose write failed is retried as built: measuring it again would only cost time
+        pending = self._pending
+        if pending is not None and pending[0] is items:
+            batch = pending[1]
+        else:
+            batch = pipeline.build_batch([_as_span_data(item) for item in items])
+            self._pending = (items, batch)
+        w = self._worker
         with pipeline.lock:
-            pipeline.counters.spans_seen = seen
-            pipeline.counters.dropped = dropped
-        delay = 0.5
-        while True:
-            try:
-                pipeline.write(batch, queued=len(self._queue))
-                return
-            except StoreError as e:
-                # keep the batch and try again: the file may be held by a reader
-                # for longer than the store's own retry, or the disk may be full.
-                if self._shutdown and delay > 8:
-                    logger.error("toolmeter gave up writing %d spans at shutdown: %s", len(items), e)
-                    with pipeline.lock:
-                        pipeline.counters.failed += len(items)
-                    return
-                logger.warning("toolmeter could not write a batch, retrying in %.1f s: %s", delay, e)
-                self._stopping.wait(delay)
-                delay = min(delay * 2, 30)
-            except Exception:
-                logger.exception("toolmeter failed to write a batch of %d spans", len(items))
-                with pipeline.lock:
-                    pipeline.counters.failed += len(items)
-                return
+            pipeline.counters.spans_seen = w.offered
+            pipeline.counters.dropped = w.dropped
+        pipeline.write(batch, queued=w.queued)
+        self._pending = None
+
+    def _give_up(self, items: list[Item], reason: BaseException) -> None:
+        self._pending = None
+        if self._pipeline is not None:
+            with self._pipeline.lock:
+                self._pipeline.counters.failed += len(items)
+        elif self._forwarder is not None:
+            self._forwarder.failed += len(items)
 
     # --- flush and shutdown ----------------------------------------------------------------
 
@@ -333,29 +249,19 @@ class ToolResultProcessor(SpanProcessor):
         """Write everything accepted so far; True when done within the timeout."""
         if os.getpid() != self._pid:
             return True
-        deadline = time.monotonic() + timeout_millis / 1000
-        with self._lock:
-            target = self._enqueued
-        self._wake.set()
-        with self._lock:
-            while self._done < target:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._worker.is_alive():
-                    return False
-                self._idle.wait(min(remaining, 0.1))
-        return True
+        return self._worker.flush(timeout_millis / 1000)
 
     def shutdown(self) -> None:
         """Write what is queued, stop the worker; idempotent."""
         if self._shutdown:
             return
         self._shutdown = True
-        self._stopping.set()
-        self._wake.set()
-        if self._worker.is_alive() and threading.current_thread() is not self._worker:
-            self._worker.join(timeout=60)
-            if self._worker.is_alive():
-                logger.error("toolmeter worker did not stop within 60 s; %d spans not written", len(self._queue))
+        self._worker.shutdown(SHUTDOWN_TIMEOUT_S)
+
+
+def _as_span_data(item: Item) -> Item:
+    span = item.span
+    return Item(item.kind, span_data(span), item.raw, item.view) if isinstance(span, ReadableSpan) else item
 
 
 def _plain_attributes(span: Any) -> Any:

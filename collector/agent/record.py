@@ -20,28 +20,16 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
 from opentelemetry import trace
 
+from collector.agent.guard import contain
 from collector.agent.handoff import park_payloads
 from collector.dialects import attributes as A
 from collector.errors import ConfigError
-
-logger = logging.getLogger("toolmeter")
-_warned: set[str] = set()
-
-
-def _warn_once(key: str, message: str) -> None:
-    if key in _warned:
-        logger.debug(message)
-    else:
-        _warned.add(key)
-        logger.warning(message + "; the tool's result is returned unchanged (further failures at debug)")
-
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -127,9 +115,7 @@ def record_tool_result(
         _record(span, raw, view, budget_tokens, truncated, retained, shape, tool_name, tool_call_id)
     except Exception as e:  # a value that cannot be recorded (a circular reference...) must not fail the tool
         span.set_attribute(A.RECORD_ERROR, f"{type(e).__name__}: {e}"[:500])
-        _warn_once(
-            tool_name or "record_tool_result", f"toolmeter could not record a tool result ({type(e).__name__}: {e})"
-        )
+        contain(f"recording the result of {tool_name or 'a tool'}", "the tool's result is returned unchanged")
 
 
 def _record(span: trace.Span, raw: Any, view: Any, budget_tokens: int | None, truncated: bool | None,

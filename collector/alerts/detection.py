@@ -33,7 +33,7 @@ import duckdb
 
 from collector.alerts.rules import Rule, Rules
 from collector.errors import InputError, StoreError
-from collector.store.database import _connect, read_connection, rows_as_dicts
+from collector.store.connection import connect, read_connection, rows_as_dicts
 from collector.store.lake import is_lake
 
 CONFIRM_SHARE = 0.6
@@ -304,7 +304,7 @@ def evaluate(db_path: str, rules: Rules) -> list[Alert]:
         found = detect(con, rules)
     if not found:
         return []
-    con = _connect(db_path, read_only=False, wait_s=30)
+    con = connect(db_path, read_only=False, wait_s=30)
     try:
         existing = {r[0] for r in con.execute("SELECT alert_id FROM alerts").fetchall()}
         new = [a for a in found if a.alert_id not in existing]
@@ -341,7 +341,7 @@ def set_state(db_path: str, alert_id: str, state: str) -> None:
     """Acknowledge or resolve an alert."""
     if state not in ("open", "acknowledged", "resolved"):
         raise InputError(f"state={state!r}: use open, acknowledged or resolved")
-    con = _connect(db_path, read_only=False, wait_s=30)
+    con = connect(db_path, read_only=False, wait_s=30)
     try:
         n = con.execute("UPDATE alerts SET state = ? WHERE alert_id = ?", [state, alert_id]).fetchone()
         if not n or not n[0]:

@@ -74,7 +74,7 @@ from typing import Any
 import duckdb
 
 from collector.errors import ConfigError, StoreError
-from collector.store.database import LOCK_RETRY_SECONDS, _connect, rows_as_dicts
+from collector.store.connection import LOCK_RETRY_SECONDS, connect, rows_as_dicts
 from collector.store.lake import LakeSpec, is_lake
 
 logger = logging.getLogger("toolmeter")
@@ -257,7 +257,7 @@ def _post(url: str, body: bytes, alert_id: str, timeout_s: float) -> _Attempt:
 
 
 def _open(db_path: str) -> duckdb.DuckDBPyConnection:
-    return _connect(db_path, read_only=False, wait_s=LOCK_RETRY_SECONDS)
+    return connect(db_path, read_only=False, wait_s=LOCK_RETRY_SECONDS)
 
 
 def _pending(db_path: str, max_attempts: int) -> list[dict[str, Any]]:

@@ -49,7 +49,7 @@ from typing import Any
 
 from collector.decode.console import iso_to_ns
 from collector.dialects import attributes as A
-from collector.dialects.spans import LLM, TOOL
+from collector.dialects.conventions import LLM, TOOL
 from collector.model import Issue, LlmCall, LogData, ToolCall
 
 DIALECT = "claude_code"

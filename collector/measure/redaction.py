@@ -112,17 +112,16 @@ no built-in can match, done. A match: the full scan. Extra patterns always scan.
 
 from __future__ import annotations
 
-import binascii
 import json
 import os
 import re
 import struct
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 from collector.errors import ConfigError
+from collector.measure.secret_rules import BUILTIN_RULES, Rule
 
 __all__ = ["ENV_PATTERNS", "ENV_SWITCH", "Redactor", "Secret"]
 
@@ -136,8 +135,6 @@ _OFF: Final = frozenset({"off", "false", "0", "no"})
 _ON: Final = frozenset({"on", "true", "1", "yes", ""})
 _KIND_NAME: Final = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _ALNUM: Final = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
-_DIGITS: Final = frozenset(b"0123456789")
-_LETTERS: Final = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
 class Secret(NamedTuple):
@@ -146,280 +143,6 @@ class Secret(NamedTuple):
     start: int
     end: int
     kind: str
-
-
-@dataclass(frozen=True)
-class _Rule:
-    kind: str
-    regex: re.Pattern[bytes]
-    prefilter: str | None = None
-    """RE2 pattern matching (at least) wherever ``regex`` can match; None: not screened."""
-    keywords: tuple[bytes, ...] = ()
-    """The rule runs only when one of these occurs in the payload (empty: always runs)."""
-    lower: bool = False
-    """Match the ASCII-lowercased copy (same offsets); keywords and regex are lowercase."""
-    boundary: bool = False
-    """The match must not follow a letter or digit (``task-…`` is not ``sk-…``)."""
-    check: Callable[[re.Match[bytes], bytes], bool] | None = None
-    """Last word on a match (of the searched buffer, lowercased when ``lower``) and the original bytes."""
-    groups: tuple[str, ...] = ("secret",)
-    """The first of these groups that took part is redacted; none: the whole match."""
-
-
-# ---------------------------------------------------------------- assignments: key = value
-
-# The word a key must end with (regex over the lowercased payload), per kind.
-_ASSIGN_KEYS: Final = {
-    "password": rb"pass(?:word|wd|phrase)",
-    "secret": rb"secret(?:[_\-]?key)?",
-    "api_key": rb"api[_\-]?key",
-    "token": rb"token",
-}
-_MIN_QUOTED: Final = {"password": 3, "secret": 8, "api_key": 8, "token": 8}
-
-# Keys ending in "token" that are not credentials: pagination cursors, tokenizer vocabulary.
-_NOT_CREDENTIAL_KEY: Final = re.compile(
-    rb"(?:page|next|continuation|cursor|sync|resume|delta|start|stop|end|bos|eos|pad|unk|cls|sep|mask"
-    rb"|special|image|audio|video|vision|think|tool|fim|prefix|suffix|middle|sentinel|cancel(?:lation)?)"
-    rb"[_.\-]?$"
-)
-_PLACEHOLDER: Final = re.compile(
-    rb"\$\{?[a-z_]|\{\{|%\(|<[^>]*>$|\[redacted|(?:null|none|nil|true|false|undefined|redacted|hidden|masked)$"
-)
-_KEY_END: Final = rb"(?P<kq>\\{0,3}[\"'])?[ \t]{0,8}(?::=|=>|[:=])[ \t]{0,8}"
-"""After the key: its closing quote (maybe escaped inside a JSON string), then ``:``, ``=``, ``:=`` or ``=>``."""
-
-
-def _assignment_regex(kind: str) -> re.Pattern[bytes]:
-    # Never inside a value: a line break, and a space unless a passphrase.
-    stop = rb"\r\n" if kind == "password" else rb"\r\n\s"
-    # "value" and 'value', with backslash escapes inside (an escaped quote or backslash)
-    double = rb'"(?P<v>(?:[^"\\%s]|\\[^%s]){1,512})"' % (stop, stop)
-    single = rb"'(?P<v2>(?:[^'\\%s]|\\[^%s]){1,512})'" % (stop, stop)
-    # \"value\" inside a JSON string (escaped once or more): no quote inside
-    escaped = rb"(?P<q>\\{1,3}[\"'])(?P<v3>[^\"'\\%s]{1,512})(?P=q)" % stop
-    # a bare value ends at a space, a quote, a separator or a closing bracket
-    bare = rb"(?P<u>[^\"'`\\\s,;&<>(){}\[\]]{4,512})(?=[\s\"'`\\,;&<>)\]}]|$)"
-    return re.compile(_ASSIGN_KEYS[kind] + _KEY_END + b"(?:" + b"|".join((double, single, escaped, bare)) + b")")
-
-
-_QUOTED_GROUPS: Final = ("v", "v2", "v3")
-
-
-def _assignment_check(kind: str) -> Callable[[re.Match[bytes], bytes], bool]:
-    min_quoted = _MIN_QUOTED[kind]
-
-    def check(m: re.Match[bytes], data: bytes) -> bool:
-        buf, start = m.string, m.start()
-        if kind == "token" and _NOT_CREDENTIAL_KEY.search(buf, max(0, start - 16), start):
-            return False
-        group = next((g for g in _QUOTED_GROUPS if m.start(g) >= 0), None)
-        if group is None:  # a bare value needs a letter and a digit
-            value = m.group("u")
-            ok = bool(_DIGITS.intersection(value) and _LETTERS.intersection(value))
-        elif kind == "password":
-            value = m.group(group)
-            ok = len(value.strip()) >= min_quoted
-        else:  # judged on the original case
-            value = m.group(group)
-            ok = len(value) >= min_quoted and _credential_like(data[m.start(group) : m.end(group)])
-        return ok and not _is_placeholder(value)
-
-    return check
-
-
-def _credential_like(value: bytes) -> bool:
-    """A quoted ``secret``/``api_key``/``token`` value: generated-looking, not a word or a name.
-
-    Has a digit (or is 16+ characters of mixed case), and is not a lowercase dashed name
-    like ``default-token-m7wjs`` (a Kubernetes Secret's name in a ``secret="…"`` label).
-    """
-    if not _DIGITS.intersection(value):
-        return len(value) >= 16 and value.lower() != value and value.upper() != value
-    if not _DASHED_NAME.fullmatch(value):
-        return True
-    # a name has a word in it ("default", "token"), not just hex groups ("4f9c6d1e-dead-…")
-    return not any(len(part) >= 3 and part.isalpha() and part.strip(b"abcdef") for part in _NAME_SEP.split(value))
-
-
-_DASHED_NAME: Final = re.compile(rb"[a-z0-9]+(?:[\-.][a-z0-9]+)+")
-_NAME_SEP: Final = re.compile(rb"[\-.]")
-
-
-def _is_placeholder(value: bytes) -> bool:
-    """``${VAR}``, ``<token>``, ``****``, ``null``, already redacted… (``value`` is lowercase)."""
-    return bool(_PLACEHOLDER.match(value)) or len(set(value)) == 1
-
-
-def _group_not_placeholder(m: re.Match[bytes], data: bytes) -> bool:
-    value = m.group("secret")
-    return value is not None and not _is_placeholder(value.lower())
-
-
-def _encodes_private_key(m: re.Match[bytes], data: bytes) -> bool:
-    """Base64 of ``-----BEGIN … PRIVATE KEY-----`` (not of a certificate or a public key)."""
-    try:
-        return b"PRIVATE KEY-----" in binascii.a2b_base64(m.group(0)[:80])
-    except binascii.Error:
-        return False
-
-
-def _has_digit(m: re.Match[bytes], data: bytes) -> bool:
-    return bool(_DIGITS.intersection(m.group(0)))
-
-
-# ---------------------------------------------------------------- the built-in rules
-
-_WORD_END: Final = rb"(?![A-Za-z0-9_\-])"
-_AUTH: Final = rb"authorization(?:\\{0,3}[\"'])?[ \t]{0,8}[:=][ \t]{0,8}(?:\\{0,3}[\"'])?[ \t]{0,8}"
-
-
-def _builtin_rules() -> tuple[_Rule, ...]:
-    c = re.compile
-    # Order matters only for ties (same bytes found by two rules): the earlier rule names the kind.
-    rules = [
-        _Rule(
-            "private_key",
-            c(
-                rb"-----BEGIN[A-Z0-9 ]{0,32} PRIVATE KEY(?: BLOCK)?-----"
-                rb"(?:[\s\S]{0,65536}?-----END[A-Z0-9 ]{0,32} PRIVATE KEY(?: BLOCK)?-----"
-                # cut off before its END line (a capped payload): the base64 lines that follow
-                rb"|(?:(?:\r?\n|\\r\\n|\\n)[A-Za-z0-9+/=]{1,128}){0,2048})"
-            ),
-            prefilter=r"PRIVATE KEY",
-            keywords=(b"PRIVATE KEY",),
-        ),
-        _Rule(
-            "private_key",  # base64 of a PEM block: kubeconfig client-key-data, a TLS Secret's tls.key
-            c(rb"LS0tLS1CRUdJTi[A-Za-z0-9+/]{50,}={0,2}"),
-            prefilter=r"LS0tLS1CRUdJTi",
-            boundary=True,
-            check=_encodes_private_key,
-        ),
-        _Rule(
-            "bearer_token",
-            c(_AUTH + rb"(?:bearer|token)[ \t]+(?P<secret>[a-z0-9\-._~+/]{8,}=*)"),
-            prefilter=r"(?i:authorization)",
-            keywords=(b"authorization",),
-            lower=True,
-            check=_group_not_placeholder,
-        ),
-        _Rule(
-            "basic_auth",
-            c(_AUTH + rb"basic[ \t]+(?P<secret>[a-z0-9+/]{8,}=*)"),
-            prefilter=r"(?i:authorization)",
-            keywords=(b"authorization",),
-            lower=True,
-        ),
-        _Rule(
-            "aws_secret_key",
-            c(rb"secret_?access_?key" + _KEY_END + rb"(?:\\{0,3}[\"'])?(?P<secret>[a-z0-9/+]{40})(?![a-z0-9/+])"),
-            prefilter=r"(?i:secret_?access_?key)",
-            keywords=(b"access",),
-            lower=True,
-        ),
-        _Rule(
-            "aws_secret_key",
-            c(rb"aws_?secret_?key" + _KEY_END + rb"(?:\\{0,3}[\"'])?(?P<secret>[a-z0-9/+]{40})(?![a-z0-9/+])"),
-            prefilter=r"(?i:aws_?secret_?key)",
-            keywords=(b"secret",),
-            lower=True,
-        ),
-        _Rule(
-            "anthropic_key",
-            c(rb"sk-ant-[a-z]{2,8}[0-9]{0,3}-[A-Za-z0-9_\-]{32,}" + _WORD_END),
-            prefilter=r"sk-[A-Za-z0-9_\-]{20}",
-            boundary=True,
-        ),
-        _Rule(
-            "openai_key",
-            c(
-                rb"sk-(?:(?:proj|svcacct|admin|None)-[A-Za-z0-9_\-]{20,}|or-v1-[0-9a-f]{32,}|[A-Za-z0-9]{32,})"
-                + _WORD_END
-            ),
-            prefilter=r"sk-[A-Za-z0-9_\-]{20}",
-            boundary=True,
-            check=_has_digit,
-        ),
-        _Rule(
-            "aws_access_key_id",
-            c(rb"A[KS]IA[A-Z2-7]{16}(?![A-Za-z0-9])"),
-            prefilter=r"A[KS]IA[A-Z2-7]{16}",
-            boundary=True,
-        ),
-        _Rule(
-            "github_token",
-            c(rb"gh[pousr]_[A-Za-z0-9]{36,251}" + _WORD_END),
-            prefilter=r"gh[pousr]_[A-Za-z0-9]{36}",
-            boundary=True,
-        ),
-        _Rule(
-            "github_token",
-            c(rb"github_pat_[A-Za-z0-9_]{40,244}" + _WORD_END),
-            prefilter=r"github_pat_",
-            keywords=(b"github_pat_",),
-            boundary=True,
-        ),
-        _Rule(
-            "gitlab_token",
-            c(rb"gl(?:pat|dt|rt|ptt)-[A-Za-z0-9_\-]{20,}(?:\.[A-Za-z0-9_\-]+){0,3}" + _WORD_END),
-            prefilter=r"gl(?:pat|dt|rt|ptt)-[A-Za-z0-9_\-]{20}",
-            boundary=True,
-        ),
-        _Rule(
-            "slack_webhook",
-            c(rb"hooks\.slack\.com/services/(?P<secret>T[A-Z0-9]{6,}/B[A-Z0-9]{6,}/[A-Za-z0-9]{16,})"),
-            prefilter=r"hooks\.slack\.com/services/",
-            keywords=(b"hooks.slack.com",),
-        ),
-        _Rule(
-            "slack_token",
-            c(rb"xox(?:[abprse]|e\.xox[bp])-[A-Za-z0-9\-]{10,250}" + _WORD_END),
-            prefilter=r"xox(?:[abprse]|e\.xox[bp])-[A-Za-z0-9\-]{10}",
-            boundary=True,
-            check=_has_digit,
-        ),
-        _Rule(
-            "stripe_key",
-            c(rb"[rs]k_(?:live|test)_[A-Za-z0-9]{20,247}" + _WORD_END),
-            prefilter=r"[rs]k_(?:live|test)_",
-            keywords=(b"k_live_", b"k_test_"),
-            boundary=True,
-        ),
-        _Rule(
-            "google_api_key",
-            c(rb"AIza[A-Za-z0-9_\-]{35}" + _WORD_END),
-            prefilter=r"AIza[A-Za-z0-9_\-]{35}",
-            boundary=True,
-        ),
-        _Rule(
-            "jwt",
-            c(rb"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*" + _WORD_END),
-            prefilter=r"eyJ[A-Za-z0-9_\-]{8}",
-            boundary=True,
-        ),
-        _Rule(
-            "url_password",
-            c(rb"://[^\s:/?#@\"'<>\\\[\]]{0,128}:(?P<secret>[^\s/?#@\"'<>\\]{1,256})@(?=[A-Za-z0-9\[])"),
-            prefilter=r"://[^\s/@]*:[^\s/@]*@",
-            check=_group_not_placeholder,
-        ),
-    ]
-    for kind in _ASSIGN_KEYS:
-        rules.append(
-            _Rule(
-                kind,
-                _assignment_regex(kind),
-                prefilter=r"(?i:" + _ASSIGN_KEYS[kind].decode() + r")(?:\\{0,3}[\"'])?[ \t]{0,8}[:=]",
-                lower=True,
-                check=_assignment_check(kind),
-                groups=(*_QUOTED_GROUPS, "u"),
-            )
-        )
-    return tuple(rules)
-
-
-_BUILTIN_RULES: Final = _builtin_rules()
 
 
 # ---------------------------------------------------------------- the one-pass screen
@@ -433,7 +156,7 @@ class _Prefilter:
     missing, every payload takes the full scan instead.
     """
 
-    def __init__(self, rules: tuple[_Rule, ...]) -> None:
+    def __init__(self, rules: tuple[Rule, ...]) -> None:
         self.pattern = "|".join(f"(?:{r.prefilter})" for r in rules if r.prefilter is not None)
         self.complete = all(r.prefilter is not None for r in rules)
         self._lock = threading.Lock()
@@ -499,8 +222,8 @@ class Redactor:
     """
 
     def __init__(self, extra_patterns: Mapping[str, str] | None = None, builtins: bool = True) -> None:
-        self._builtin: tuple[_Rule, ...] = _BUILTIN_RULES if builtins else ()
-        self._extra: tuple[_Rule, ...] = tuple(_compile_extra(k, v) for k, v in (extra_patterns or {}).items())
+        self._builtin: tuple[Rule, ...] = BUILTIN_RULES if builtins else ()
+        self._extra: tuple[Rule, ...] = tuple(_compile_extra(k, v) for k, v in (extra_patterns or {}).items())
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Redactor:
@@ -609,10 +332,10 @@ class Redactor:
         return (out.decode("utf-8", "surrogatepass") if n else text), n
 
 
-_PREFILTER: Final = _Prefilter(_BUILTIN_RULES)
+_PREFILTER: Final = _Prefilter(BUILTIN_RULES)
 
 
-def _compile_extra(name: object, pattern: object) -> _Rule:
+def _compile_extra(name: object, pattern: object) -> Rule:
     if not isinstance(name, str) or not _KIND_NAME.fullmatch(name):
         raise ConfigError(
             f"redaction pattern name {name!r} must be 1-64 letters, digits, '_', '.' or '-' (it names the kind)"
@@ -623,4 +346,4 @@ def _compile_extra(name: object, pattern: object) -> _Rule:
         regex = re.compile(pattern.encode("utf-8"))
     except re.error as e:
         raise ConfigError(f"redaction pattern {name!r} is not a valid regex: {e} (pattern: {pattern!r})") from e
-    return _Rule(name, regex)
+    return Rule(name, regex)

@@ -2,9 +2,11 @@
 
 tiktoken fetches its encodings from the internet at first use; production hosts often
 cannot. The ``bpe-openai`` wheel ships ``o200k_base`` and ``cl100k_base`` byte-identical
-to tiktoken's files. We place them in a tiktoken cache directory under the name
-tiktoken looks for (the sha1 of the download URL), and tiktoken verifies their sha256
-itself before it uses them, so a corrupted file is refused, not trusted.
+to tiktoken's files. We read them in place and build the :class:`tiktoken.Encoding`
+ourselves, from tiktoken's own definition of each encoding (its pattern, its special
+tokens and the sha256 of its file, in ``tiktoken_ext.openai_public``): a file whose hash
+differs is refused, not trusted. Nothing is written to disk, and the host's environment
+(this may be the observed agent's process) is left alone: no ``TIKTOKEN_CACHE_DIR``.
 
 Counting uses ``encode_ordinary``: tool output may contain ``<|endoftext|>`` and must be
 counted as text, not rejected as a special token.
@@ -19,27 +21,23 @@ is cut there and the count is flagged as not exact.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import importlib.util
-import os
-import tempfile
 import threading
+import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import tiktoken
+from tiktoken_ext import openai_public
 
 from collector.errors import ConfigError
 
 ENCODINGS: Final = ("o200k_base", "cl100k_base")
 DEFAULT_ENCODING: Final = "o200k_base"
-
-CACHE_DIR_ENV: Final = "TOOLMETER_TIKTOKEN_DIR"
-"""Where toolmeter places the encoding files for tiktoken. Default: a ``toolmeter-tiktoken``
-folder in the system temp directory. Ignored when ``TIKTOKEN_CACHE_DIR`` is set: the files
-are then written into that directory, which tiktoken already reads."""
 
 CHUNK_CHARS: Final = 256 * 1024
 """Target size of one counting chunk."""
@@ -47,7 +45,6 @@ CHUNK_CHARS: Final = 256 * 1024
 MAX_PIECE_CHARS: Final = 64 * 1024
 """Longest run with no safe cut point that is counted in one piece."""
 
-_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
 _lock = threading.Lock()
 _encodings: dict[str, tiktoken.Encoding] = {}
 
@@ -58,16 +55,6 @@ class TokenCount:
 
     tokens: int
     exact: bool
-
-
-def _cache_dir() -> str:
-    explicit = os.environ.get("TIKTOKEN_CACHE_DIR")
-    if explicit:
-        return explicit
-    folder = os.environ.get(CACHE_DIR_ENV) or os.path.join(tempfile.gettempdir(), "toolmeter-tiktoken")
-    # tiktoken reads TIKTOKEN_CACHE_DIR; set it only when the user has not.
-    os.environ["TIKTOKEN_CACHE_DIR"] = folder
-    return folder
 
 
 def _shipped_file(name: str) -> Path:
@@ -82,10 +69,13 @@ def _shipped_file(name: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "data" / f"{name}.tiktoken.gz"
 
 
-def _place_encoding_file(name: str, folder: str) -> None:
-    target = os.path.join(folder, hashlib.sha1(_URL.format(name=name).encode()).hexdigest())
-    if os.path.exists(target):
-        return  # tiktoken checks its hash and would refuse a bad file
+def _load_shipped_bpe(url: str, expected_hash: str | None = None) -> dict[bytes, int]:
+    """The ranks of the encoding file tiktoken would download from ``url``, read from bpe-openai.
+
+    Parsed as :func:`tiktoken.load.load_tiktoken_bpe` parses it (a base64 token and its rank
+    per line); that function is not used because it reads through tiktoken's download cache.
+    """
+    name = url.rsplit("/", 1)[-1].removesuffix(".tiktoken")
     try:
         data = gzip.decompress(_shipped_file(name).read_bytes())
     except FileNotFoundError as e:
@@ -93,26 +83,52 @@ def _place_encoding_file(name: str, folder: str) -> None:
             f"encoding file {name}.tiktoken.gz is missing from the bpe-openai package; "
             "reinstall it with `pip install --force-reinstall bpe-openai`"
         ) from e
-    os.makedirs(folder, exist_ok=True)
-    tmp = f"{target}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, target)
+    if expected_hash is not None and hashlib.sha256(data).hexdigest() != expected_hash:
+        raise ConfigError(
+            f"encoding file {name}.tiktoken.gz of the bpe-openai package is not tiktoken's {name} "
+            "(its sha256 differs); reinstall it with `pip install --force-reinstall bpe-openai`"
+        )
+    ranks: dict[bytes, int] = {}
+    for line in data.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+def _encoding_definition(name: str) -> dict[str, Any]:
+    """tiktoken's definition of encoding ``name`` (name, pat_str, mergeable_ranks, special_tokens).
+
+    Each definition is a function in ``tiktoken_ext.openai_public`` that holds the pattern and
+    the special tokens in its body and loads the ranks with ``load_tiktoken_bpe(url,
+    expected_hash)``. Rather than copy the constants, we run a copy of that function whose
+    ``load_tiktoken_bpe`` is :func:`_load_shipped_bpe`: the copy has its own globals, so
+    tiktoken's module is not patched (other users of tiktoken in this process see no change).
+    """
+    define = openai_public.ENCODING_CONSTRUCTORS[name]
+    offline = types.FunctionType(
+        define.__code__,
+        {**define.__globals__, "load_tiktoken_bpe": _load_shipped_bpe},
+        define.__name__,
+        define.__defaults__,
+        define.__closure__,
+    )
+    definition: dict[str, Any] = offline()
+    return definition
 
 
 def get_encoding(name: str = DEFAULT_ENCODING) -> tiktoken.Encoding:
     """Return the tiktoken encoding ``name``, loaded from disk.
 
     Raises:
-        ConfigError: ``name`` is not one of :data:`ENCODINGS`.
+        ConfigError: ``name`` is not one of :data:`ENCODINGS`, or its file is missing or corrupt.
     """
     if name not in ENCODINGS:
         raise ConfigError(f"encoding={name!r} is not supported; use one of {', '.join(ENCODINGS)}")
     with _lock:
         enc = _encodings.get(name)
         if enc is None:
-            _place_encoding_file(name, _cache_dir())
-            enc = tiktoken.get_encoding(name)
+            enc = tiktoken.Encoding(**_encoding_definition(name))
             _encodings[name] = enc
         return enc
 

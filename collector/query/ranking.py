@@ -14,6 +14,7 @@ from typing import Any
 
 import duckdb
 
+from collector.errors import ConfigError
 from collector.store.database import rows_as_dicts
 
 RANK_METRICS = {
@@ -73,7 +74,7 @@ def ranking(con: duckdb.DuckDBPyConnection, filters: Filters | None = None, by: 
     Percentiles are exact (``quantile_cont`` over every call).
     """
     if by not in RANK_METRICS:
-        raise ValueError(f"by={by!r}: choose one of {', '.join(RANK_METRICS)}")
+        raise ConfigError(f"by={by!r}: choose one of {', '.join(RANK_METRICS)}")
     inner, params = _calls(filters or Filters())
     # one list-valued quantile per column: a single sort serves p50, p95 and p99 (half the
     # time of three separate aggregates on 10M calls)

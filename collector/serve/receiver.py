@@ -18,49 +18,37 @@ the one owner of the DuckDB file; the dashboard reads between flushes.
 from __future__ import annotations
 
 import asyncio
-import collections
-import gzip
-import hmac
 import logging
 import os
 import socket
+import sys
 import threading
-import time
-import zlib
 from concurrent import futures
 from dataclasses import dataclass
-from typing import Any
 
 import grpc
 from aiohttp import web
-from google.rpc import code_pb2, status_pb2
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-    ExportLogsPartialSuccess,
-    ExportLogsServiceResponse,
-)
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTracePartialSuccess,
-    ExportTraceServiceResponse,
-)
 
-from collector.config import CollectorConfig
-from collector.decode.request import JSON, PROTOBUF, Decoded, decode_logs, decode_traces
+from collector.config import DEFAULT_MAX_BODY_BYTES, CollectorConfig
+from collector.decode.request import JSON, PROTOBUF, decode_logs, decode_traces
 from collector.dialects.spans import LLM, TOOL, classify
 from collector.errors import InputError, StoreError
 from collector.model import Item
 from collector.pipeline import Pipeline, interleaved
 from collector.serve import spool as S
+from collector.serve.exports import QueueFull
+from collector.serve.grpc_api import make_grpc_server
+from collector.serve.http_api import make_app
 from collector.store.database import Batch, read_progress
 from collector.store.lake import LakeSpec, is_lake
+from collector.worker import BatchWorker
 
 logger = logging.getLogger("toolmeter")
 
-TOKEN_ENV = "TOOLMETER_RECEIVER_TOKEN"
-"""Bearer token every request must carry (``Authorization: Bearer <token>``); unset: none."""
+CLOSE_TIMEOUT_S = 120.0
 
-DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
-MAX_BODY_ENV = "TOOLMETER_MAX_BODY_BYTES"
-RETRY_AFTER_S = 2
+Record = tuple[int, int, int, bytes]
+"""A spooled request: (segment, end offset, kind, body)."""
 
 
 @dataclass(frozen=True)
@@ -77,10 +65,6 @@ class ReceiverConfig:
     config's ``max_queued_bytes`` (``TOOLMETER_MAX_QUEUED_BYTES``, 256 MiB by default)."""
     spool_dir: str | None = None
     workers: int = 2
-
-
-class QueueFull(Exception):
-    """The measuring queue is full: the client should retry later."""
 
 
 class Receiver:
@@ -101,18 +85,7 @@ class Receiver:
             spool_dir = rc.spool_dir or db + ".spool"
             self.receiver_id = os.path.abspath(spool_dir)
         self.spool = S.Spool(spool_dir)
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._idle = threading.Condition(self._lock)
-        self._queue: collections.deque[tuple[int, int, int, bytes]] = collections.deque()
-        self._queued_bytes = 0
-        self._accepted = 0
-        self._done = 0
-        self._stopping = False
-        self._stop_event = threading.Event()
-        self._failures = 0
-        self.refused = 0  # requests answered 503
-        self.paused = False  # when True the writer waits (tests use it to fill the queue)
+        self._abandoned = False
         self._pool = futures.ThreadPoolExecutor(max_workers=rc.workers, thread_name_prefix="toolmeter-measure")
         try:
             self.pipeline.store.ensure_schema()
@@ -126,9 +99,24 @@ class Receiver:
             logger.warning("toolmeter receiver: the lake cannot be reached (%s); accepting and spooling, "
                            "writing once it is back", e)  # fmt: skip
             progress = (0, 0)
+        self._worker: BatchWorker[Record] = BatchWorker(
+            "toolmeter-receiver-writer",
+            self._export,
+            give_up=self._give_up,
+            max_items=sys.maxsize,  # bounded by bytes: a request's size is what costs memory
+            max_bytes=self.max_queued_bytes,
+            batch_items=512,
+            batch_bytes=16 * 1024 * 1024,
+            interval=config.flush_interval,
+            what="request",
+            label="toolmeter receiver",
+            drop_verb="refused (503)",
+            full_message="toolmeter receiver queue is full; answering 503 with Retry-After until it drains",
+        )
+        # the store's retries (a lake commit, a held file) end when shutdown is asked for: the
+        # requests stay in the spool, so giving up a write there loses nothing
+        self.pipeline.store.stop = self._worker.stopping
         self._recover(progress)
-        self._worker = threading.Thread(target=self._run, name="toolmeter-receiver-writer", daemon=True)
-        self._worker.start()
 
     # --- acceptance (request threads) ---------------------------------------------------
 
@@ -136,9 +124,7 @@ class Receiver:
         segment, offset = progress
         replayed = 0
         for record in self.spool.replay(segment, offset):
-            self._queue.append(record)
-            self._queued_bytes += len(record[3])
-            self._accepted += 1
+            self._worker.put(record, len(record[3]))
             replayed += 1
         if replayed:
             logger.warning(
@@ -152,69 +138,41 @@ class Receiver:
             QueueFull: answer 503 / UNAVAILABLE.
             StoreError: the spool could not be written; answer 503 too.
         """
-        with self._lock:
-            if self._queue and self._queued_bytes + len(body) > self.max_queued_bytes:
-                self.refused += 1
-                with self.pipeline.lock:
-                    self.pipeline.counters.refused = self.refused
-                raise QueueFull()
-        segment, end = self.spool.append(kind, body)
-        with self._lock:
-            self._queue.append((segment, end, kind, body))
-            self._queued_bytes += len(body)
-            self._accepted += 1
-        self._wake.set()
+        if not self._worker.has_room(len(body)):
+            with self.pipeline.lock:
+                self.pipeline.counters.refused = self._worker.dropped
+            raise QueueFull()
+        record = (*self.spool.append(kind, body), kind, body)
+        self._worker.put(record, len(body))
 
-    # --- measuring (background) -----------------------------------------------------------
+    @property
+    def refused(self) -> int:
+        """Requests answered 503 because the queue was full."""
+        return self._worker.dropped
 
-    def _run(self) -> None:
-        while True:
-            self._wake.wait(self.config.flush_interval)
-            self._wake.clear()
-            self._drain()
-            if self._stopping:
-                with self._lock:
-                    if not self._queue:
-                        return
+    @property
+    def paused(self) -> bool:
+        """While True nothing is written (tests use it to fill the queue)."""
+        return self._worker.paused
 
-    def _drain(self) -> None:
-        while not self.paused or self._stopping:
-            with self._lock:
-                if not self._queue:
-                    return
-                records: list[tuple[int, int, int, bytes]] = []
-                size = 0
-                while self._queue and (not records or size < 16 * 1024 * 1024) and len(records) < 512:
-                    record = self._queue.popleft()
-                    records.append(record)
-                    size += len(record[3])
-            try:
-                self._write(records)
-            except Exception as e:
-                # keep the records: they are spooled, and retrying is safe (idempotent rows). The
-                # first failure in a row is logged with its traceback, the next ones in a line each,
-                # with a backoff up to 30 s that stopping cuts short
-                self._failures += 1
-                delay = min(2 ** (self._failures - 1), 30)
-                if self._failures == 1:
-                    logger.exception("toolmeter receiver could not write %d request(s); retrying", len(records))
-                else:
-                    logger.warning("toolmeter receiver still cannot write (%d tries): %s; retrying in %d s",
-                                   self._failures, e, delay)  # fmt: skip
-                with self._lock:
-                    self._queue.extendleft(reversed(records))
-                self._stop_event.wait(delay)
-                if self._stopping:
-                    return
-                continue
-            if self._failures:
-                logger.warning("toolmeter receiver writes again after %d failed tries", self._failures)
-                self._failures = 0
-            with self._lock:
-                self._queued_bytes -= size
-                self._done += len(records)
-                self._idle.notify_all()
-            self.spool.release(records[-1][0])
+    @paused.setter
+    def paused(self, value: bool) -> None:
+        self._worker.paused = value
+
+    # --- measuring (the worker thread) ------------------------------------------------------
+
+    def _export(self, records: list[Record]) -> None:
+        if self._abandoned:
+            # a batch before this one was given up at shutdown: writing this one would move the
+            # stored spool position past it, and the next start would not replay it
+            raise StoreError("an earlier batch is still to be written; this one stays in the spool too")
+        self._write(records)
+        self.spool.release(records[-1][0])
+
+    def _give_up(self, records: list[Record], reason: BaseException) -> None:
+        self._abandoned = True
+        logger.warning("toolmeter receiver: %d request(s) stay in the spool %s and are written at the next start",
+                       len(records), self.spool.folder)  # fmt: skip
 
     def _items(self, kind: int, body: bytes) -> list[Item]:
         content_type = PROTOBUF if kind in (S.TRACES_PROTOBUF, S.LOGS_PROTOBUF) else JSON
@@ -239,254 +197,21 @@ class Receiver:
             batch.extend(part)
         last = records[-1]
         batch.progress = (self.receiver_id, last[0], last[1])
-        with self._lock:
-            queued = len(self._queue)
-        self.pipeline.write(batch, queued=queued)
+        self.pipeline.write(batch, queued=self._worker.queued)
 
     def flush(self, timeout_s: float = 60) -> bool:
         """Wait until everything accepted so far is in DuckDB."""
-        deadline = time.monotonic() + timeout_s
-        with self._lock:
-            target = self._accepted
-        self._wake.set()
-        with self._lock:
-            while self._done < target:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._idle.wait(min(remaining, 0.1))
-        return True
+        return self._worker.flush(timeout_s)
 
-    def close(self) -> None:
-        """Write what is queued, then stop."""
-        self._stopping = True
-        self._stop_event.set()
-        self._wake.set()
-        self._worker.join(timeout=120)
-        if self._worker.is_alive():
-            with self._lock:
-                left = len(self._queue)
-            logger.error("toolmeter receiver did not finish writing within 120 s; %d request(s) stay in the spool "
-                         "and are written at the next start", left)  # fmt: skip
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> bool:
+        """Write what is queued, then stop; False when some requests stay in the spool for the next start."""
+        done = self._worker.shutdown(timeout_s)
+        if not done:
+            logger.error("toolmeter receiver: %d request(s) stay in the spool %s and are written at the next start",
+                         self._worker.queued, self.spool.folder)  # fmt: skip
         self._pool.shutdown(wait=True)
         self.spool.close()
-
-
-# --- OTLP/HTTP ----------------------------------------------------------------------------
-
-_KINDS = {
-    ("/v1/traces", PROTOBUF): S.TRACES_PROTOBUF,
-    ("/v1/traces", JSON): S.TRACES_JSON,
-    ("/v1/logs", PROTOBUF): S.LOGS_PROTOBUF,
-    ("/v1/logs", JSON): S.LOGS_JSON,
-}
-
-
-def _token_ok(header: str | None, token: str) -> bool:
-    """Constant-time comparison: the time a wrong token takes says nothing about the right one."""
-    return hmac.compare_digest((header or "").encode(), f"Bearer {token}".encode())
-
-
-def _status_body(code: int, message: str, content_type: str) -> bytes:
-    status = status_pb2.Status(code=code, message=message)
-    if content_type == PROTOBUF:
-        return bytes(status.SerializeToString())
-    import json
-
-    return json.dumps({"code": code, "message": message}).encode("utf-8")
-
-
-def _error(http_status: int, rpc_code: int, message: str, content_type: str, **headers: str) -> web.Response:
-    ct = content_type if content_type in (PROTOBUF, JSON) else JSON
-    return web.Response(status=http_status, body=_status_body(rpc_code, message, ct), content_type=ct, headers=headers)
-
-
-def _ok(path: str, decoded: Decoded, content_type: str) -> web.Response:
-    if path == "/v1/traces":
-        resp: Any = ExportTraceServiceResponse()
-        if decoded.rejected:
-            resp.partial_success.CopyFrom(
-                ExportTracePartialSuccess(rejected_spans=decoded.rejected, error_message=decoded.rejection_message())
-            )
-    else:
-        resp = ExportLogsServiceResponse()
-        if decoded.rejected:
-            resp.partial_success.CopyFrom(
-                ExportLogsPartialSuccess(
-                    rejected_log_records=decoded.rejected, error_message=decoded.rejection_message()
-                )
-            )
-    if content_type == PROTOBUF:
-        return web.Response(body=resp.SerializeToString(), content_type=PROTOBUF)
-    from google.protobuf.json_format import MessageToJson
-
-    return web.Response(text=MessageToJson(resp), content_type=JSON)
-
-
-def _gunzip(data: bytes, limit: int) -> bytes:
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    out = d.decompress(data, limit + 1)
-    if len(out) > limit:
-        raise ValueError(f"gzip body inflates past {limit:,} bytes")
-    if not d.eof:
-        raise gzip.BadGzipFile("truncated gzip body")
-    return out
-
-
-def make_app(receiver: Receiver) -> web.Application:
-    rc = receiver.rc
-    limit = rc.max_body_bytes
-
-    async def handle(request: web.Request) -> web.Response:
-        ct = (request.content_type or "").lower()
-        if rc.token is not None and not _token_ok(request.headers.get("Authorization"), rc.token):
-            return _error(401, code_pb2.UNAUTHENTICATED, "missing or wrong bearer token (Authorization: Bearer ...)",
-                          ct, **{"WWW-Authenticate": "Bearer"})  # fmt: skip
-        kind = _KINDS.get((request.path, ct))
-        if kind is None:
-            return _error(415, code_pb2.INVALID_ARGUMENT,
-                          f"unsupported content type {ct or '(none)'!r}: send application/x-protobuf or application/json",
-                          ct)  # fmt: skip
-        encoding = (request.headers.get("Content-Encoding") or "identity").lower()
-        if encoding not in ("identity", "gzip"):
-            return _error(415, code_pb2.INVALID_ARGUMENT,
-                          f"unsupported Content-Encoding {encoding!r}: send gzip or no encoding", ct)  # fmt: skip
-        if request.content_length is not None and request.content_length > limit:
-            return _too_large(request.content_length, limit, ct)
-        try:
-            body = await request.read()  # the whole body; aiohttp stops at client_max_size
-        except web.HTTPRequestEntityTooLarge:
-            return _too_large(None, limit, ct)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            return _error(400, code_pb2.INVALID_ARGUMENT, "request body ended early", ct)
-        loop = asyncio.get_running_loop()
-        if encoding == "gzip":
-            try:
-                body = await loop.run_in_executor(None, _gunzip, body, limit)
-            except ValueError:
-                return _too_large(None, limit, ct, inflated=True)
-            except (OSError, EOFError, zlib.error) as e:
-                return _error(400, code_pb2.INVALID_ARGUMENT, f"Content-Encoding is gzip but the body is not ({e})", ct)
-        decode = decode_traces if request.path == "/v1/traces" else decode_logs
-        try:
-            decoded = await loop.run_in_executor(None, decode, body, ct, "otlp")
-        except InputError as e:
-            return _error(400, code_pb2.INVALID_ARGUMENT, str(e), ct)
-        # the answer needs the rejections only; the decoded payloads would stay alive
-        # (as large as the body) while it is spooled
-        decoded = Decoded(rejected=decoded.rejected, issues=decoded.issues)
-        try:
-            await loop.run_in_executor(None, receiver.accept, kind, body)
-        except QueueFull:
-            return _error(503, code_pb2.UNAVAILABLE, f"toolmeter is busy measuring; retry in {RETRY_AFTER_S} s",
-                          ct, **{"Retry-After": str(RETRY_AFTER_S)})  # fmt: skip
-        except StoreError as e:
-            return _error(503, code_pb2.UNAVAILABLE, f"cannot spool the request ({e}); retry later", ct,
-                          **{"Retry-After": str(RETRY_AFTER_S * 5)})  # fmt: skip
-        return _ok(request.path, decoded, ct)
-
-    async def metrics(request: web.Request) -> web.Response:
-        """OTLP metrics are answered and counted, then discarded: toolmeter measures tool results,
-        and exporters that share the endpoint (MLflow's, the Node SDK's) would otherwise log an
-        error every interval."""
-        ct = (request.content_type or "").lower()
-        if rc.token is not None and not _token_ok(request.headers.get("Authorization"), rc.token):
-            return _error(401, code_pb2.UNAUTHENTICATED, "missing or wrong bearer token (Authorization: Bearer ...)",
-                          ct, **{"WWW-Authenticate": "Bearer"})  # fmt: skip
-        if ct not in (PROTOBUF, JSON):
-            return _error(415, code_pb2.INVALID_ARGUMENT,
-                          f"unsupported content type {ct or '(none)'!r}: send application/x-protobuf or application/json",
-                          ct)  # fmt: skip
-        await request.read()
-        with receiver.pipeline.lock:
-            receiver.pipeline.counters.metric_requests += 1
-        if ct == PROTOBUF:
-            return web.Response(body=b"", content_type=PROTOBUF)  # an empty ExportMetricsServiceResponse
-        return web.Response(text="{}", content_type=JSON)
-
-    app = web.Application(client_max_size=limit)
-    app.router.add_post("/v1/traces", handle)
-    app.router.add_post("/v1/logs", handle)
-    app.router.add_post("/v1/metrics", metrics)
-    return app
-
-
-def _too_large(length: int | None, limit: int, ct: str, inflated: bool = False) -> web.Response:
-    what = "inflated body" if inflated else f"request body ({length:,} bytes)" if length else "request body"
-    return _error(413, code_pb2.INVALID_ARGUMENT,
-                  f"{what} is over the limit of {limit:,} bytes; raise it with --max-body-bytes or "
-                  f"{MAX_BODY_ENV}, or export smaller batches", ct)  # fmt: skip
-
-
-# --- OTLP/gRPC ------------------------------------------------------------------------------
-
-
-def make_grpc_server(receiver: Receiver, host: str, port: int) -> tuple[grpc.Server, int]:
-    """A gRPC server for the trace and logs services; returns it and the bound port."""
-    rc = receiver.rc
-
-    def export(kind: int, path: str) -> Any:
-        def handler(body: bytes, context: grpc.ServicerContext) -> bytes:
-            if rc.token is not None:
-                meta = dict(context.invocation_metadata())
-                if not _token_ok(meta.get("authorization"), rc.token):
-                    context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
-            if len(body) > rc.max_body_bytes:
-                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"request over {rc.max_body_bytes:,} bytes")
-            decode = decode_traces if path == "/v1/traces" else decode_logs
-            try:
-                decoded = decode(body, PROTOBUF, "otlp")
-            except InputError as e:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-            decoded = Decoded(rejected=decoded.rejected, issues=decoded.issues)  # not the payloads
-            try:
-                receiver.accept(kind, body)
-            except QueueFull:
-                context.abort(grpc.StatusCode.UNAVAILABLE, f"toolmeter is busy measuring; retry in {RETRY_AFTER_S} s")
-            except StoreError as e:  # the same words as over HTTP: not "busy"
-                context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot spool the request ({e}); retry later")
-            if path == "/v1/traces":
-                resp: Any = ExportTraceServiceResponse()
-                if decoded.rejected:
-                    resp.partial_success.rejected_spans = decoded.rejected
-                    resp.partial_success.error_message = decoded.rejection_message()
-            else:
-                resp = ExportLogsServiceResponse()
-                if decoded.rejected:
-                    resp.partial_success.rejected_log_records = decoded.rejected
-                    resp.partial_success.error_message = decoded.rejection_message()
-            return bytes(resp.SerializeToString())
-
-        return grpc.unary_unary_rpc_method_handler(handler)  # raw bytes in and out
-
-    def metrics(body: bytes, context: grpc.ServicerContext) -> bytes:
-        """Answered, counted and discarded, as over HTTP (an empty ExportMetricsServiceResponse)."""
-        if rc.token is not None and not _token_ok(dict(context.invocation_metadata()).get("authorization"), rc.token):
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
-        with receiver.pipeline.lock:
-            receiver.pipeline.counters.metric_requests += 1
-        return b""
-
-    handlers = [
-        grpc.method_handlers_generic_handler(
-            "opentelemetry.proto.collector.metrics.v1.MetricsService",
-            {"Export": grpc.unary_unary_rpc_method_handler(metrics)},
-        ),
-        grpc.method_handlers_generic_handler(
-            "opentelemetry.proto.collector.trace.v1.TraceService", {"Export": export(S.TRACES_PROTOBUF, "/v1/traces")}
-        ),
-        grpc.method_handlers_generic_handler(
-            "opentelemetry.proto.collector.logs.v1.LogsService", {"Export": export(S.LOGS_PROTOBUF, "/v1/logs")}
-        ),
-    ]
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="toolmeter-grpc"),
-        handlers=handlers,
-        options=[("grpc.max_receive_message_length", rc.max_body_bytes)],
-    )
-    bound = server.add_insecure_port(f"{host}:{port}")
-    server.start()
-    return server, bound
+        return done
 
 
 # --- running it ---------------------------------------------------------------------------------

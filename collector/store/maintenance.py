@@ -26,7 +26,9 @@ import pyarrow as pa
 
 from collector.errors import InputError, StoreError
 from collector.store import lake as L
-from collector.store.database import Store, _connect, _insert_new
+from collector.store.connection import connect, transaction
+from collector.store.database import Store
+from collector.store.insertion import insert_new
 from collector.store.payloads import PayloadStore, payload_dir
 
 COMMITTED_BATCHES_KEPT = timedelta(days=7)
@@ -100,7 +102,7 @@ def maintain(store: str, snapshots_older_than: timedelta = timedelta(hours=1)) -
     _lake_only(store)
     Store(store).ensure_schema()
     summary = MaintenanceSummary()
-    con = _connect(store, read_only=False, wait_s=0)
+    con = connect(store, read_only=False, wait_s=0)
     cutoff = f"now() - INTERVAL {int(snapshots_older_than.total_seconds())} SECOND"
     try:
         summary.rows = _row_counts(con)
@@ -190,7 +192,7 @@ def migrate(source: str, target: str, progress: Callable[[str], None] | None = N
     _lake_only(target)
     store = Store(target)
     store.ensure_schema()
-    con = _connect(target, read_only=False, wait_s=0)
+    con = connect(target, read_only=False, wait_s=0)
     copied: dict[str, int] = {}
     try:
         con.execute(f"ATTACH '{source.replace(chr(39), chr(39) * 2)}' AS migrate_src (READ_ONLY)")
@@ -223,19 +225,12 @@ def _copier(
     con: duckdb.DuckDBPyConnection, table: str, keys: tuple[str, ...], source: str | None = None
 ) -> Callable[[], int]:
     src = source or f"(SELECT * FROM migrate_src.{table})"
-    return lambda: _insert_new(con, table, src, keys, lake=True, by_start=source is None and table.endswith("_calls"))
+    return lambda: insert_new(con, table, src, keys, lake=True, by_start=source is None and table.endswith("_calls"))
 
 
 def _in_transaction(con: duckdb.DuckDBPyConnection, work: Callable[[], int]) -> int:
-    con.execute("BEGIN TRANSACTION")
-    try:
-        n = work()
-        con.execute("COMMIT")
-    except BaseException:
-        with contextlib.suppress(duckdb.Error):
-            con.execute("ROLLBACK")
-        raise
-    return n
+    with transaction(con):
+        return work()
 
 
 def _copy_with_blobs(con: duckdb.DuckDBPyConnection, source: str, table: str, keys: tuple[str, ...]) -> int:

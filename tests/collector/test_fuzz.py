@@ -658,7 +658,7 @@ def test_declared_retained_ranges_are_corrected_and_reported(
         raw=raw if have_raw else None, view=view, truncated=True, retained=tuple(ranges),
         raw_bytes_declared=None if have_raw else declared_bytes,
     )  # fmt: skip
-    row, _ = measure(call, COUNTER)  # raised nothing
+    row = measure(call, COUNTER).row()  # raised nothing
     raw_len = len(raw if isinstance(raw, bytes) else raw.encode()) if have_raw else declared_bytes
     limit = MAX_INT64 if raw_len is None else raw_len
     got = [tuple(r) for r in row["retained_ranges"]]
@@ -790,7 +790,8 @@ def test_a_100_mb_single_line_with_no_cut_points_and_bad_ranges(counter: TokenCo
         trace_id="a" * 32, span_id="b" * 16, tool_name="t", dialect="gen_ai", start_ns=1, end_ns=2, raw=raw,
         truncated=True, retained=((0, 4096), (4000, 9000), (99_999_000, 2**70), (50, 10)),
     )  # fmt: skip
-    row, payloads = measure(call, counter)
+    measured = measure(call, counter)
+    row, payloads = measured.row(), measured.payloads
     assert row["raw_bytes"] == 100_000_000 and payloads["raw"] is raw
     assert row["raw_tokens_exact"] is False and row["raw_tokens"] > 10_000_000
     assert row["retained_ranges"] == [[0, 9000], [99_999_000, 100_000_000]]

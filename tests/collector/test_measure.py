@@ -1,8 +1,11 @@
+import dataclasses
 import json
 
 import pytest
 
 from collector.measure.measurement import (
+    Measurement,
+    Size,
     clean_declared_ranges,
     infer_retained,
     infer_shape,
@@ -27,7 +30,7 @@ def call(**kw) -> ToolCall:  # type: ignore[no-untyped-def]
 def test_real_raw_html_and_extracted_markdown_pair_is_inferred_truncated(counter) -> None:  # type: ignore[no-untyped-def]
     raw = realworld("holmesgpt__internet-toolset-fixture4__github_page_input.html")
     view = realworld("holmesgpt__internet-toolset-fixture4__github_page_output.md")
-    row, _ = measure(call(raw=raw, view=view), counter)
+    row = measure(call(raw=raw, view=view), counter).row()
     assert row["truncated"] is True and row["truncation_source"] == "inferred"
     assert row["raw_bytes"] == len(raw) and row["view_bytes"] == len(view)
     assert row["view_tokens"] < row["raw_tokens"] / 10
@@ -44,7 +47,7 @@ def test_head_and_tail_cut_of_a_real_log_is_found_exactly(counter) -> None:  # t
     head_end = raw.index(b"\n", 20_000) + 1
     tail_start = raw.index(b"\n", len(raw) - 15_000) + 1
     view = raw[:head_end] + b"... [1,160,000 bytes omitted] ...\n" + raw[tail_start:]
-    row, _ = measure(call(raw=raw, view=view), counter)
+    row = measure(call(raw=raw, view=view), counter).row()
     assert row["retained_ranges"] == [[0, head_end], [tail_start, len(raw)]]
     assert row["truncation_kind"] == "head_tail"
     assert row["omitted_bytes"] == tail_start - head_end
@@ -53,13 +56,13 @@ def test_head_and_tail_cut_of_a_real_log_is_found_exactly(counter) -> None:  # t
 
 def test_view_equal_to_raw_is_not_truncated(counter) -> None:  # type: ignore[no-untyped-def]
     raw = realworld("kubectl-neat__fixtures__list1-raw__kubectl_get_pods_o_json.json")
-    row, _ = measure(call(raw=raw, view=raw), counter)
+    row = measure(call(raw=raw, view=raw), counter).row()
     assert row["truncated"] is False
     assert row["retained_ranges"] == [[0, len(raw)]]
 
 
 def test_no_view_means_the_model_saw_the_raw(counter) -> None:  # type: ignore[no-untyped-def]
-    row, _ = measure(call(raw="hello world"), counter)
+    row = measure(call(raw="hello world"), counter).row()
     assert row["view_source"] == "raw"
     assert row["view_tokens"] == row["raw_tokens"] == 2
     assert row["truncated"] is None
@@ -100,7 +103,7 @@ def test_parse_ranges() -> None:
 
 def test_declared_truncation_with_ranges_but_no_view_counts_the_retained_bytes(counter) -> None:  # type: ignore[no-untyped-def]
     raw = "word " * 1000
-    row, _ = measure(call(raw=raw, truncated=True, retained=((0, 500),), budget_tokens=200), counter)
+    row = measure(call(raw=raw, truncated=True, retained=((0, 500),), budget_tokens=200), counter).row()
     assert row["view_source"] == "retained"
     assert row["view_bytes"] == 500
     assert row["truncated"] is True and row["truncation_source"] == "declared"
@@ -109,7 +112,7 @@ def test_declared_truncation_with_ranges_but_no_view_counts_the_retained_bytes(c
 
 
 def test_declared_raw_size_larger_than_the_payload_is_said(counter) -> None:  # type: ignore[no-untyped-def]
-    row, _ = measure(call(raw="x " * 64, raw_bytes_declared=1_000_000), counter)
+    row = measure(call(raw="x " * 64, raw_bytes_declared=1_000_000), counter).row()
     assert row["raw_bytes"] == 1_000_000
     assert row["raw_tokens_exact"] is False
     assert any("cut before toolmeter saw it" in w for w in row["warnings"])
@@ -166,19 +169,19 @@ def test_fingerprint_of_a_real_github_issues_payload_lists_nested_paths() -> Non
 
 
 def test_non_utf8_bytes_are_measured_and_said(counter) -> None:  # type: ignore[no-untyped-def]
-    row, _ = measure(call(raw=b"ok \xff\xfe broken"), counter)
+    row = measure(call(raw=b"ok \xff\xfe broken"), counter).row()
     assert row["raw_bytes"] == 12
     assert any("not valid UTF-8" in w and "offset 3" in w for w in row["warnings"])
 
 
 def test_binary_payload_is_flagged(counter) -> None:  # type: ignore[no-untyped-def]
-    row, _ = measure(call(raw=bytes(range(256)) * 4), counter)
+    row = measure(call(raw=bytes(range(256)) * 4), counter).row()
     assert any("binary" in w for w in row["warnings"])
 
 
 def test_json_nested_10000_deep_is_measured_without_a_fingerprint(counter) -> None:  # type: ignore[no-untyped-def]
     raw = "[" * 10_000 + "]" * 10_000
-    row, _ = measure(call(raw=raw), counter)
+    row = measure(call(raw=raw), counter).row()
     assert row["raw_bytes"] == 20_000
     assert row["raw_tokens"] == len(counter._enc.encode_ordinary(raw))
     assert row["schema_fingerprint"] is None
@@ -188,7 +191,60 @@ def test_json_nested_10000_deep_is_measured_without_a_fingerprint(counter) -> No
 @pytest.mark.slow
 def test_a_100_mb_single_line_result_is_measured(counter) -> None:  # type: ignore[no-untyped-def]
     raw = ("error code=E1042 retry " * 4_400_000)[:100_000_000]  # one line, 100 MB
-    row, _ = measure(call(raw=raw), counter)
+    row = measure(call(raw=raw), counter).row()
     assert row["raw_bytes"] == 100_000_000
     assert row["raw_tokens_exact"] is True
     assert row["raw_tokens"] > 10_000_000
+
+
+# --- the Measurement ---------------------------------------------------------------------------
+
+ROW_KEYS = [
+    "trace_id", "span_id", "parent_span_id", "tool_call_id", "tool_name", "service_name", "agent_name", "dialect",
+    "source", "start_ns", "end_ns", "duration_ms", "status", "error", "encoding", "raw_bytes", "raw_tokens",
+    "raw_tokens_exact", "view_bytes", "view_tokens", "view_tokens_exact", "view_source", "budget_tokens",
+    "over_budget", "view_over_budget", "truncated", "truncation_source", "truncation_kind", "retained_ranges",
+    "retained_source", "retained_bytes", "retained_coverage", "omitted_bytes", "shape", "shape_source",
+    "schema_fingerprint", "schema_fields", "arguments", "warnings", "raw_wrapper", "wrapper_bytes", "wrapper_tokens",
+    "view_join", "origin",
+]  # fmt: skip
+
+
+def test_measurement_is_frozen_typed_figures_with_the_row_of_store_columns(counter) -> None:  # type: ignore[no-untyped-def]
+    raw = json.dumps({"items": [{"id": i, "name": f"n{i}"} for i in range(200)]})
+    m = measure(call(raw=raw, view=raw[:900], budget_tokens=50), counter)
+    assert isinstance(m, Measurement)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.warnings = ()  # type: ignore[misc]
+    assert m.raw == Size(len(raw), counter.count(raw).tokens, True)
+    assert m.view.byte_count == 900 and m.view_source == "view"
+    assert m.truncation.truncated is True and m.truncation.kind == "head"
+    assert m.truncation.retained == ((0, 900),)
+    assert m.shape.shape == "list" and m.shape.fields is not None
+    assert m.over_budget is True and m.wrapper.name is None
+    row = m.row()
+    assert list(row) == ROW_KEYS
+    assert row["retained_ranges"] == [[0, 900]] and row["schema_fields"] == list(m.shape.fields)
+    assert m.payloads == {"raw": raw.encode(), "view": raw[:900].encode()}
+    row["view_source"] = "message"  # callers change their row: a new dict every time
+    assert m.row()["view_source"] == "view"
+
+
+def test_a_measurement_is_frozen_and_its_row_is_a_new_dict_each_time(counter) -> None:  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    m = measure(call(raw=b"some raw bytes here", view="some raw"), counter)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.encoding = "cl100k_base"  # type: ignore[misc]
+    first = m.row()
+    first["raw_tokens"] = -1
+    assert m.row()["raw_tokens"] == m.raw.tokens != -1
+
+
+def test_helpers_stay_importable_from_measurement() -> None:
+    from collector.measure import measurement, retention, shape, text
+
+    assert measurement.infer_retained is retention.infer_retained
+    assert measurement.MAX_INT64 == retention.MAX_INT64 == 2**63 - 1
+    assert measurement.schema_of is shape.schema_of and measurement.infer_shape is shape.infer_shape
+    assert measurement.without_surrogates is text.without_surrogates

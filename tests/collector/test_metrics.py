@@ -188,7 +188,7 @@ def test_rows_measured_by_the_pipeline_are_recorded(sdk: Sdk, counter) -> None: 
         view=view,
         budget_tokens=100,
     )
-    measured, _ = measure(call, counter)
+    measured = measure(call, counter).row()
     metrics = ToolMetrics(meter_provider=sdk.provider)
     metrics.record_rows([measured])
     got = points(sdk.reader)

@@ -3,12 +3,15 @@
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from collector.errors import StoreError
+from collector.store.batch import Batch
+from collector.store.connection import WriteAbandoned, connect, transaction
 from collector.store.database import Store, read_connection
 
 AGENT = textwrap.dedent(
@@ -86,3 +89,70 @@ def test_missing_store_is_named(tmp_path: Path) -> None:
         read_connection(tmp_path / "x.duckdb"),
     ):
         pass
+
+
+class _WatchedStop(threading.Event):
+    """A stop event that tells when a writer first waits on it (it is then retrying)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waited_on = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waited_on.set()
+        return super().wait(timeout)
+
+
+def test_shutdown_interrupts_a_write_waiting_for_the_lock(tmp_path: Path) -> None:
+    db = str(tmp_path / "locked.duckdb")
+    Store(db).ensure_schema()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, db, "60"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        stop = _WatchedStop()
+        store = Store(db, lock_wait_s=60, stop=stop)
+        row = {"trace_id": "a" * 32, "span_id": "b" * 16, "tool_name": "t", "start_ns": 1, "end_ns": 2}
+        raised: list[BaseException] = []
+        done = threading.Event()
+
+        def write() -> None:
+            try:
+                store.write(Batch(tool_rows=[row]))
+            except BaseException as e:
+                raised.append(e)
+            finally:
+                done.set()
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        assert stop.waited_on.wait(20), "the write never waited for the lock"
+        assert not done.is_set()  # still retrying: the holder keeps the file for a minute
+        t0 = time.monotonic()
+        stop.set()
+        assert done.wait(2.0), "the write did not give up within 2 s of shutdown"
+        assert time.monotonic() - t0 < 2.0
+        writer.join(1.0)
+        assert len(raised) == 1 and isinstance(raised[0], WriteAbandoned), raised
+        assert isinstance(raised[0], StoreError) and "abandoned at shutdown" in str(raised[0])
+    finally:
+        holder.kill()
+        holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
+    with read_connection(db) as con:
+        assert con.execute("SELECT count(*) FROM tool_calls").fetchone() == (0,)
+
+
+def test_transaction_commits_or_rolls_back(tmp_path: Path) -> None:
+    db = str(tmp_path / "tx.duckdb")
+    Store(db).ensure_schema()
+    con = connect(db, read_only=False, wait_s=0)
+    try:
+        with transaction(con):
+            con.execute("INSERT INTO ingest_issues (level, message) VALUES ('warning', 'kept')")
+        with pytest.raises(ZeroDivisionError), transaction(con):
+            con.execute("INSERT INTO ingest_issues (level, message) VALUES ('warning', 'rolled back')")
+            _ = 1 / 0
+        assert con.execute("SELECT message FROM ingest_issues").fetchall() == [("kept",)]
+    finally:
+        con.close()

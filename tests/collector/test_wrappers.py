@@ -97,7 +97,7 @@ def test_langchain_tool_span_measures_the_content_and_keeps_the_envelope_cost(co
     call, issues = extract_tool_call(span("search_orders", attrs))
     assert not issues
     assert (call.raw, call.tool_call_id, call.raw_wrapper) == (RESULT, "call_search_1", "langchain_message")
-    row, _ = measure(call, counter)
+    row = measure(call, counter).row()
     wrapped = attrs["output.value"]
     assert row["raw_tokens"] == counter.count(RESULT).tokens and row["raw_bytes"] == len(RESULT)
     assert row["wrapper_bytes"] == len(wrapped.encode()) - len(RESULT)
@@ -110,7 +110,7 @@ def test_traceloop_langchain_wrapper_gives_the_call_id(counter) -> None:  # type
              "gen_ai.tool.call.result": langchain_constructor(SMALL, "call_get_status_3")}  # fmt: skip
     call, _ = extract_tool_call(span("execute_tool get_status", attrs))
     assert (call.raw, call.tool_call_id, call.raw_wrapper) == (SMALL, "call_get_status_3", "langchain_constructor")
-    row, _ = measure(call, counter)
+    row = measure(call, counter).row()
     assert row["raw_tokens"] == counter.count(SMALL).tokens and row["wrapper_tokens"] > 0
 
 
@@ -119,7 +119,7 @@ def test_ai_sdk_string_result_is_not_read_as_truncated(counter) -> None:  # type
     attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "fetch_logs",
              "gen_ai.tool.call.id": "c1", "gen_ai.tool.call.result": json.dumps("line 1\nline 2 \"quoted\"\n")}  # fmt: skip
     call, _ = extract_tool_call(span("execute_tool fetch_logs", attrs), view='line 1\nline 2 "quoted"\n')
-    row, _ = measure(call, counter)
+    row = measure(call, counter).row()
     assert row["truncated"] is False and row["raw_wrapper"] == "json_string"
 
 
@@ -155,7 +155,7 @@ def test_strands_truncation_note_is_declared_truncation(counter) -> None:  # typ
     view = raw[:2000] + "\n\n... [truncated: 15,210 chars removed] ...\n\n" + raw[-2000:]
     attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "fetch_logs", "gen_ai.tool.call.result": raw}
     call, _ = extract_tool_call(span("execute_tool fetch_logs", attrs), view=view)
-    row, _ = measure(call, counter)
+    row = measure(call, counter).row()
     assert (row["truncated"], row["truncation_source"], row["truncation_kind"]) == (True, "declared", "head_tail")
 
 
@@ -176,7 +176,7 @@ def test_coverage_is_stored(counter) -> None:  # type: ignore[no-untyped-def]
     view = raw[:1000] + "\n[truncated: 399 more lines; ask for offset=1000]"
     attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "fetch_logs", "gen_ai.tool.call.result": raw}
     call, _ = extract_tool_call(span("execute_tool fetch_logs", attrs), view=view)
-    row, _ = measure(call, counter)
+    row = measure(call, counter).row()
     assert row["retained_ranges"] == [[0, 1000]]
     assert row["retained_coverage"] == pytest.approx(1000 / len(view.encode()))
 

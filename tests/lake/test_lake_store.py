@@ -146,7 +146,7 @@ def test_cli_and_dashboard_work_on_a_lake(
 def test_a_lake_made_by_an_earlier_version_gains_the_new_columns(
     lake_store: str, file_store: tuple[str, list[str]]
 ) -> None:
-    from collector.store import database as S
+    from collector.store import connection as S
 
     _, files = file_store
     ingest_files(files[:1], CollectorConfig(db=lake_store))

@@ -15,9 +15,9 @@ import agentkit
 import llama_index.core
 from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
 
-# The test process (toolmeter's TokenCounter) sets TIKTOKEN_CACHE_DIR to its own o200k-only cache and
-# the child inherits it; llama_index's memory tokenizer (cl100k_base) would then try to download.
-# Point tiktoken at the cache llama_index ships (what it uses itself when the variable is unset).
+# llama_index's memory tokenizer (cl100k_base) would try to download its encoding, and this
+# machine has no internet: point tiktoken at the cache llama_index ships (what it uses itself
+# when the variable is unset).
 os.environ["TIKTOKEN_CACHE_DIR"] = os.path.join(os.path.dirname(llama_index.core.__file__), "_static", "tiktoken_cache")
 
 tracer_provider = agentkit.otlp_tracer_provider()

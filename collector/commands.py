@@ -1,0 +1,257 @@
+"""The one-shot commands: ``ingest``, ``top``, ``doctor``, ``alerts``, ``check``, ``lake maintain``, ``migrate``.
+
+Each returns the process's exit code; errors toolmeter raises on purpose are turned into one
+line by :func:`collector.cli.main`.
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import sys
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from collector.config import CollectorConfig
+from collector.errors import InputError
+from collector.ingest import ingest_files
+from collector.query.ranking import collector_totals, ranking
+from collector.store.database import read_connection
+from collector.store.lake import redact
+
+
+def format_tokens(value: Any) -> str:
+    if value is None:
+        return "-"
+    v = float(value)
+    for unit, size in (("M", 1e6), ("k", 1e3)):
+        if abs(v) >= size:
+            return f"{v / size:.1f}{unit}"
+    return f"{v:.0f}"
+
+
+def _pct(value: Any) -> str:
+    return "-" if value is None else f"{float(value) * 100:.0f}%"
+
+
+def expand_patterns(patterns: list[str]) -> list[str]:
+    paths: list[str] = []
+    for pattern in patterns:
+        if os.path.isdir(pattern):
+            found = sorted(glob.glob(os.path.join(pattern, "*.json")) + glob.glob(os.path.join(pattern, "*.json.gz")))
+            found += sorted(glob.glob(os.path.join(pattern, "*.jsonl")))
+            paths += found
+        else:
+            matches = sorted(glob.glob(pattern))
+            paths += matches or [pattern]
+    return paths
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    config = CollectorConfig.resolve(
+        db=args.db, encoding=args.encoding, store_payloads=False if args.numbers_only else None
+    )
+    paths = expand_patterns(args.files)
+    if not paths:
+        print("toolmeter: no trace files given", file=sys.stderr)
+        return 2
+    summary = ingest_files(paths, config, progress=None if args.quiet else lambda m: print(m, file=sys.stderr))
+    for issue in summary.issues:
+        where = issue["source"] or ""
+        if issue.get("span_id"):
+            where += f" span {issue['span_id']}"
+        if issue.get("field"):
+            where += f" field {issue['field']}"
+        print(f"toolmeter: {issue['level']}: {where}: {issue['message']}", file=sys.stderr)
+    print(
+        f"ingested {summary.files} file(s) into {redact(config.db)}: {summary.tool_calls} tool calls, "
+        f"{summary.llm_calls} LLM calls, {summary.duplicates} already stored, {summary.failed} failed, "
+        f"{len(summary.issues)} issue(s)"
+    )
+    if summary.tool_calls and not args.no_alerts:
+        # the alert a user expects after loading traces (the demo shows one) exists only once evaluated
+        from collector.alerts.detection import evaluate
+        from collector.alerts.rules import load_rules
+
+        new = evaluate(config.db, load_rules(args.rules))
+        for alert in new:
+            print(f"alert: {alert.summary}")
+        if new:
+            print(f"{len(new)} new alert(s): `toolmeter alerts --db {redact(config.db)}` lists them")
+    return 1 if summary.failed_files else 0
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    with read_connection(args.db) as con:
+        rows = ranking(con, by=args.by)
+        totals = collector_totals(con)
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    if not rows:
+        print(f"no tool calls in {redact(args.db)} yet")
+        return 0
+    header = f"{'tool':<24} {'calls':>6} {'view p50':>9} {'p95':>8} {'p99':>8} {'max':>8} {'raw p99':>8} {'trunc':>6} {'>budget':>7} {'window cost':>11}"
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(
+            f"{r['tool'][:24]:<24} {r['calls']:>6} {format_tokens(r['view_tokens_p50']):>9} "
+            f"{format_tokens(r['view_tokens_p95']):>8} {format_tokens(r['view_tokens_p99']):>8} "
+            f"{format_tokens(r['view_tokens_max']):>8} {format_tokens(r['raw_tokens_p99']):>8} "
+            f"{_pct(r['truncated_rate']):>6} {_pct(r['over_budget_rate']):>7} {format_tokens(r['window_cost_tokens']):>11}"
+        )
+    if totals["dropped"] or totals["failed"]:
+        print(
+            f"\nnote: collectors dropped {totals['dropped']} and failed {totals['failed']} span(s); see collector_stats"
+        )
+    return 0
+
+
+def _doctor_table(rows: list[dict[str, Any]]) -> list[str]:
+    header = (
+        f"{'service':<20} {'dialect':<13} {'calls':>6} {'raw':>5} {'view':>5} {'call id':>7} "
+        f"{'joined id/ord+cont/ord':>22} {'from msgs':>9} {'envelopes (+tokens)':>19} {'LLM calls':>9}"
+    )
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        joined = f"{r['joined_by_call_id']}/{r['joined_by_order_content']}/{r['joined_by_order']}"
+        envelopes = (
+            f"{r['envelopes_removed']} (+{format_tokens(r['wrapper_tokens'])})" if r["envelopes_removed"] else "0"
+        )
+        lines.append(
+            f"{str(r['service'] or '-')[:20]:<20} {str(r['dialect'] or '-')[:13]:<13} {r['calls']:>6} "
+            f"{_pct(r['raw_rate']):>5} {_pct(r['view_rate']):>5} {_pct(r['call_id_rate']):>7} {joined:>22} "
+            f"{r['from_messages']:>9} {envelopes:>19} {r['llm_calls']:>9}"
+        )
+    return lines
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from collector.query.coverage import check_store, coverage
+
+    with read_connection(args.db) as con:
+        check_store(con, redact(args.db))
+        rows = coverage(con)
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    if not rows:
+        print(f"no tool calls or LLM calls in {redact(args.db)} yet")
+        return 0
+    print(f"coverage of {redact(args.db)}: share of tool calls with a measured raw result, a view the model was")
+    print("shown (joined from its input messages or declared; otherwise the raw is assumed), and a call id\n")
+    for line in _doctor_table(rows):
+        print(line)
+    hinted = [r for r in rows if r["hints"]]
+    if hinted:
+        print("\nhints (only where a gap exists):")
+    for r in hinted:
+        print(f"\n{r['service'] or '-'} / {r['dialect'] or '-'}:")
+        for hint in r["hints"]:
+            print(f"  - {hint}")
+    return 0
+
+
+def cmd_lake_maintain(args: argparse.Namespace) -> int:
+    from collector.store.maintenance import maintain
+
+    summary = maintain(args.db, snapshots_older_than=timedelta(seconds=parse_duration(args.keep_snapshots)))
+    print(f"maintained {redact(args.db)}:")
+    for line in summary.lines():
+        print(f"  {line}")
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from collector.store.maintenance import migrate
+
+    copied = migrate(args.source, args.db, progress=lambda m: print(f"  {m}", flush=True))
+    print(f"migrated {args.source} into {redact(args.db)}: {sum(copied.values()):,} row(s)")
+    return 0
+
+
+def _parse_since(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    m = re.fullmatch(r"(\d+)([hd])", text)
+    if m:
+        n = int(m.group(1))
+        return datetime.now(UTC).replace(tzinfo=None) - (timedelta(hours=n) if m.group(2) == "h" else timedelta(days=n))
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise InputError(
+            f"--since {text!r}: give a date (2026-11-16), a time (2026-11-16T09:00) or an age (24h, 7d)"
+        ) from None
+
+
+def cmd_alerts(args: argparse.Namespace) -> int:
+    from collector.alerts.detection import evaluate, list_alerts, set_state
+    from collector.alerts.rules import load_rules
+
+    if args.ack or args.resolve:
+        set_state(args.db, args.ack or args.resolve, "acknowledged" if args.ack else "resolved")
+    if args.evaluate:
+        evaluate(args.db, load_rules(args.rules))
+    rows = list_alerts(args.db, _parse_since(args.since))
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    if not rows:
+        print(
+            f"no alerts in {redact(args.db)}"
+            + ("" if args.evaluate else " (evaluate with --evaluate or run `toolmeter watch`)")
+        )
+        return 0
+    for r in rows:
+        delivered = (
+            "delivered"
+            if r["delivered_at"]
+            else (f"delivery failed: {r['delivery_error']}" if r["delivery_error"] else "")
+        )
+        print(
+            f"[{r['state']}] {r['alert_id']}  {r['change_at']:%Y-%m-%d}  {r['summary']}"
+            + (f"  ({delivered})" if delivered else "")
+        )
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from collector.alerts.detection import check, store_for
+    from collector.alerts.rules import load_rules
+
+    rules = load_rules(args.rules)
+    with tempfile.TemporaryDirectory(prefix="toolmeter-check-") as work:
+        failures, notes = check(store_for(args.baseline, work), store_for(args.candidate, work), rules)
+    if args.json:
+        print(json.dumps({"passed": not failures, "failures": [vars(f) for f in failures], "notes": notes}, indent=2))
+        return 1 if failures else 0
+    for note in notes:
+        print(f"note: {note}")
+    if not failures:
+        print("toolmeter check: passed: no tool's envelope grew past the rules")
+        return 0
+    print(f"toolmeter check: FAILED: {len(failures)} rule(s)")
+    print(f"{'tool':<24} {'metric':<20} {'before':>10} {'after':>10} {'ratio':>7}  rule")
+    for f in failures:
+        pct = "rate" in f.metric
+        before = f"{f.before * 100:.0f}%" if pct else f"{f.before:,.0f}"
+        after = f"{f.after * 100:.0f}%" if pct else f"{f.after:,.0f}"
+        ratio = f"{f.ratio:.2f}x" if f.ratio and not pct else ""
+        print(f"{f.tool:<24} {f.metric:<20} {before:>10} {after:>10} {ratio:>7}  {f.threshold}")
+        for key in ("added", "removed", "changed"):
+            if f.schema.get(key):
+                print(f"{'':<24} schema {key}: {', '.join(f.schema[key][:8])}")
+    return 1
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '15m', '1h', '7d' or plain seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not m:
+        raise InputError(f"duration {text!r}: use seconds, or a number with s, m, h or d (e.g. 1h)")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]

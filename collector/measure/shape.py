@@ -1,0 +1,167 @@
+"""Shape and schema: what kind of result a payload is, and a fingerprint of a JSON result's structure.
+
+A shape is one of list, record, document or diagnostic (:func:`infer_shape`); the fingerprint
+(:func:`schema_of`) changes when a field is added, removed or changes kind, not when values do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+MAX_JSON_BYTES = 64 * 1024 * 1024
+"""Larger JSON results are not parsed for shape and fingerprint (said in a warning)."""
+
+MAX_SCHEMA_NODES = 2_000_000
+"""Fingerprints walk at most this many JSON values (said in a warning when hit)."""
+
+_LOG_LINE = re.compile(
+    r"^\s*(\[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}|\[?\d{2}:\d{2}:\d{2}|[IWEF]\d{4} |\{\"(ts|time|timestamp|level)\""
+    r"|(TRACE|DEBUG|INFO|WARN|WARNING|ERROR|FATAL|CRITICAL)\b|Traceback|\s+at |\s+File \"|[A-Z][a-z]{2} +\d+ \d{2}:)"
+)
+_LIST_KEYS = ("items", "data", "results", "rows", "records", "entries", "hits", "issues", "orders", "values")
+
+
+def parse_json(text: str) -> tuple[Any, str | None]:
+    """Parse ``text`` as JSON when it looks like JSON; return (value, problem)."""
+    stripped = text.lstrip()[:1]
+    if stripped not in ("{", "["):
+        return None, None
+    if len(text) > MAX_JSON_BYTES:
+        return None, f"JSON result over {MAX_JSON_BYTES // (1024 * 1024)} MiB is not parsed; no shape or fingerprint"
+    try:
+        return json.loads(text), None
+    except RecursionError:
+        return None, "JSON result is nested deeper than the parser allows; shape and fingerprint not computed"
+    except ValueError:
+        return None, None  # text that merely starts with a bracket
+
+
+def infer_shape(text: str, parsed: Any) -> str:
+    """Classify a result as list, record, document or diagnostic."""
+    if isinstance(parsed, list):
+        return "list"
+    if isinstance(parsed, dict):
+        if parsed.get("kind") == "List" or any(
+            isinstance(parsed.get(k), list) and len(parsed[k]) > 1 for k in _LIST_KEYS
+        ):
+            return "list"
+        return "record"
+    head = text[:65536]
+    low = head[:2048].lower()
+    if "<html" in low or "<!doctype" in low or head.count("<div") > 5:
+        return "document"
+    lines = [ln for ln in head.splitlines() if ln.strip()][:400]
+    if not lines:
+        return "document"
+    log_like = sum(1 for ln in lines if _LOG_LINE.match(ln))
+    if log_like >= max(3, len(lines) * 0.3):
+        return "diagnostic"
+    # a table (kubectl get, ps, SQL clients): an upper-case header among the first lines
+    for i, line in enumerate(lines[:5]):
+        header = [h for h in re.split(r"\s{2,}|\t", line.strip()) if h]
+        if (
+            len(header) >= 3
+            and len(lines) - i >= 3
+            and all(h.replace("-", "").replace("_", "").isupper() for h in header)
+        ):
+            return "list"
+    return "document"
+
+
+_DYNAMIC_KEY = re.compile(r"^(\d+|[0-9a-f]{8}-[0-9a-f-]{27,}|[0-9a-f]{12,})$", re.I)
+_key_names: dict[str, str] = {}
+"""Memo of key -> path component: rows of a list repeat the same keys thousands of times."""
+
+
+def _key_name(key: str) -> str:
+    name = _key_names.get(key)
+    if name is None:
+        name = "*" if _DYNAMIC_KEY.match(key) else key
+        if len(_key_names) < 65536:  # bounded: id-like keys are unbounded in number
+            _key_names[key] = name
+    return name
+
+
+_TYPE_NAMES: dict[type, str] = {bool: "boolean", int: "integer", float: "number", str: "string",
+                                 list: "array", dict: "object", type(None): "null"}  # fmt: skip
+
+
+def _type_name(value: Any) -> str:
+    name = _TYPE_NAMES.get(type(value))
+    if name is not None:
+        return name
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "null"
+
+
+_KIND = {"object": "object", "array": "array"}
+
+
+def schema_of(parsed: Any) -> tuple[str, list[str], bool]:
+    """Fingerprint a JSON value by its structure: key paths and the kind of value at each.
+
+    The fingerprint hashes each key path with its kind (object, array or scalar), so it
+    is stable under value changes (3 vs 3.5, null vs "late") and key order, and changes
+    when a field is added, removed, or turns from a scalar into an object or a list.
+    Array elements share the path ``a[]``; keys that look like ids or numbers collapse
+    to ``*`` so maps keyed by id do not explode it. The field list keeps the precise
+    JSON types (``$[].amount:integer|number``) for diffs.
+
+    Returns:
+        (fingerprint, sorted ``path:type`` fields, complete) where ``complete`` is False
+        when :data:`MAX_SCHEMA_NODES` stopped the walk.
+    """
+    types: dict[str, set[str]] = {}
+    stack: list[tuple[str, Any]] = [("$", parsed)]
+    seen = 0
+    type_names = _TYPE_NAMES
+    while stack and seen < MAX_SCHEMA_NODES:
+        path, value = stack.pop()
+        seen += 1
+        kind = type_names.get(type(value)) or _type_name(value)
+        path_types = types.get(path)
+        if path_types is None:
+            types[path] = path_types = set()
+        path_types.add(kind)
+        if kind == "object":
+            for key, child in value.items():
+                child_path = f"{path}.{_key_name(key)}"
+                child_kind = type_names.get(type(child))
+                if child_kind is not None and child_kind not in ("object", "array"):
+                    # scalars are recorded here, without a trip through the stack
+                    seen += 1
+                    child_types = types.get(child_path)
+                    if child_types is None:
+                        types[child_path] = child_types = set()
+                    child_types.add(child_kind)
+                else:
+                    stack.append((child_path, child))
+        elif kind == "array":
+            child_path = f"{path}[]"
+            for child in value:
+                stack.append((child_path, child))
+    fields = []
+    structure = []
+    for path, seen_types in types.items():
+        concrete = seen_types - {"null"} or {"null"}
+        fields.append(f"{path}:{'|'.join(sorted(concrete))}")
+        kinds = sorted({_KIND.get(t, "scalar") for t in concrete})
+        structure.append(f"{path}:{'|'.join(kinds)}")
+    fields.sort()
+    structure.sort()
+    digest = hashlib.sha256("\n".join(structure).encode()).hexdigest()[:16]
+    return digest, fields, not stack

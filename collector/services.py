@@ -1,0 +1,198 @@
+"""The long-running commands: ``serve``, ``watch``, ``dashboard`` and ``demo``.
+
+Each runs until stopped; SIGTERM and Ctrl+C stop it cleanly (children included), writing
+what is queued first.
+"""
+
+import argparse
+import contextlib
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from collector import config as config_module
+from collector.commands import expand_patterns, format_tokens, parse_duration
+from collector.config import CollectorConfig
+from collector.errors import InputError, ToolmeterError
+from collector.ingest import ingest_files
+from collector.query.ranking import ranking
+from collector.store.database import read_connection
+from collector.store.lake import is_lake, redact
+from collector.store.payloads import payload_dir
+
+SAMPLE_TRACES = Path(__file__).resolve().parent.parent / "sample_traces"
+DASHBOARD_APP = Path(__file__).resolve().parent.parent / "dashboard" / "streamlit_app.py"
+
+
+def _run_dashboard(db: str, port: int, host: str) -> int:
+    # looked up, not imported: the collector never loads the dashboard's packages itself
+    if importlib.util.find_spec("streamlit") is None or importlib.util.find_spec("plotly") is None:
+        print(
+            "toolmeter: the dashboard needs streamlit and plotly: pip install 'toolmeter[dashboard]'", file=sys.stderr
+        )
+        return 2
+    cmd = [
+        sys.executable, "-m", "streamlit", "run", str(DASHBOARD_APP),
+        "--server.address", host, "--server.port", str(port), "--server.headless", "true",
+        "--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer",
+    ]  # fmt: skip
+    env = dict(os.environ)
+    if is_lake(db):
+        env[config_module.DB_ENV] = db  # not on the command line: a catalog password would show in `ps`
+    else:
+        cmd += ["--", "--db", os.path.abspath(db)]
+    print(f"dashboard on http://{host}:{port}  (Ctrl+C to stop)", flush=True)
+    proc = subprocess.Popen(cmd, env=env)
+    # Streamlit runs as a child: a SIGTERM to toolmeter (a supervisor, a test, `kill`) must stop
+    # it too, or the server stays behind holding the port and the store's file
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.terminate())
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    return _run_dashboard(args.db, args.port, args.host)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    traces = Path(args.traces)
+    if not traces.is_dir():
+        print(f"toolmeter: {traces} is not a folder of trace files; pass --traces DIR", file=sys.stderr)
+        return 2
+    files = expand_patterns([str(traces)])
+    if not files:
+        print(f"toolmeter: no sample traces in {traces}; pass --traces DIR", file=sys.stderr)
+        return 2
+    if not args.keep and not is_lake(args.db):
+        for stale in (args.db, args.db + ".wal"):
+            if os.path.exists(stale):
+                os.remove(stale)
+        shutil.rmtree(payload_dir(args.db), ignore_errors=True)
+    config = CollectorConfig.resolve(db=args.db)
+    print(f"loading {len(files)} sample trace file(s) into {redact(args.db)} ...", flush=True)
+    summary = ingest_files(files, config)
+    print(f"{summary.tool_calls} tool calls, {summary.llm_calls} LLM calls measured\n")
+    from collector.alerts.detection import evaluate
+    from collector.alerts.rules import Rules
+
+    for alert in evaluate(args.db, Rules()):
+        print(f"alert: {alert.summary}")
+    with read_connection(args.db) as con:
+        rows = ranking(con)
+    for r in rows[:8]:
+        print(
+            f"  {r['tool']:<24} p99 view {format_tokens(r['view_tokens_p99']):>7} tokens, raw {format_tokens(r['raw_tokens_p99']):>7}"
+        )
+    print()
+    if args.no_dashboard:
+        return 0
+    return _run_dashboard(args.db, args.port, args.host)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from collector.alerts.rules import load_rules
+    from collector.serve.receiver import ReceiverConfig, RunningReceiver
+
+    load_rules(args.rules)  # a bad rules file stops us here, naming its line and key
+    config = CollectorConfig.resolve(db=args.db, encoding=args.encoding)
+    rc = ReceiverConfig(
+        host=args.host,
+        port=args.port,
+        grpc_port=None if args.grpc_port == 0 else args.grpc_port,
+        token=config_module.receiver_token(args.token),
+        max_body_bytes=config_module.max_body_bytes(args.max_body_bytes),
+        spool_dir=args.spool,
+    )
+    running = RunningReceiver(config, rc)
+    stop = threading.Event()
+    watcher = threading.Thread(
+        target=run_watch,
+        args=(
+            config.db,
+            args.rules,
+            config_module.webhook_url(args.webhook),
+            args.watch_interval,
+            stop,
+        ),
+        name="toolmeter-watch",
+        daemon=True,
+    )
+    watcher.start()
+    if args.maintain_every:
+        if not is_lake(config.db):
+            raise InputError("--maintain-every is for DuckLake stores ('ducklake:...'); a DuckDB file needs none")
+        threading.Thread(
+            target=_maintain_periodically, args=(config.db, parse_duration(args.maintain_every), stop),
+            name="toolmeter-lake-maintenance", daemon=True,
+        ).start()  # fmt: skip
+    grpc_note = f", OTLP/gRPC on {rc.host}:{running.grpc_port}" if running.grpc_port else ""
+    print(f"toolmeter receiving OTLP/HTTP on {running.url}{grpc_note}; store {redact(config.db)}", flush=True)
+    print(f"point agents at it: OTEL_EXPORTER_OTLP_ENDPOINT={running.url}", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with contextlib.suppress(KeyboardInterrupt):
+        stop.wait()
+    print("stopping: writing what is queued ...", flush=True)
+    stop.set()
+    running.stop()
+    watcher.join(timeout=30)
+    return 0
+
+
+def _maintain_periodically(db: str, every_s: float, stop: threading.Event) -> None:
+    from collector.store.maintenance import maintain
+
+    while not stop.wait(every_s):
+        try:
+            summary = maintain(db)
+            print("toolmeter lake maintenance: " + "; ".join(summary.lines()[:3]), flush=True)
+        except ToolmeterError as e:
+            print(f"toolmeter lake maintenance failed (will try again): {e}", file=sys.stderr, flush=True)
+
+
+def run_watch(db: str, rules_path: str | None, webhook: str | None, interval: float, stop: threading.Event) -> None:
+    """Evaluate the rules (and deliver) every ``interval`` seconds until ``stop`` is set."""
+    from collector.alerts.detection import evaluate
+    from collector.alerts.rules import load_rules
+
+    rules = load_rules(rules_path)
+    while True:
+        try:
+            for alert in evaluate(db, rules):
+                print(alert.summary, flush=True)
+            if webhook:
+                from collector.alerts.webhook import deliver_pending
+
+                deliver_pending(db, webhook)
+        except ToolmeterError as e:
+            print(f"toolmeter watch: {e}", file=sys.stderr, flush=True)
+        if stop.wait(interval):
+            return
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from collector.alerts.rules import load_rules
+
+    load_rules(args.rules)  # a bad rules file fails now, with its line and key
+    stop = threading.Event()
+    if args.once:
+        stop.set()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with contextlib.suppress(KeyboardInterrupt):
+        run_watch(args.db, args.rules, config_module.webhook_url(args.webhook), args.interval, stop)
+    return 0

@@ -1,0 +1,151 @@
+"""The columns every insert hands the store, as Arrow schemas: defined here and nowhere else.
+
+A batch's rows are dicts (built by :func:`collector.measure.measurement.measure` and the
+pipeline); :class:`collector.store.database.Store` turns them into Arrow tables with these
+schemas and inserts them ``BY NAME``. Their names and types must agree with the DDL in
+``schema.sql``: ``tests/collector/test_store_columns.py`` creates the tables in a real
+DuckDB file and compares, so a column added to one and not the other fails there rather
+than as a NULL column in production.
+
+Columns of the DDL that no insert carries are listed in :data:`DERIVED_COLUMNS`: the store
+computes them while inserting.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import pyarrow as pa
+
+TOOL_CALLS: Final = pa.schema(
+    [
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("parent_span_id", pa.string()),
+        ("tool_call_id", pa.string()),
+        ("tool_name", pa.string()),
+        ("service_name", pa.string()),
+        ("agent_name", pa.string()),
+        ("dialect", pa.string()),
+        ("source", pa.string()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("duration_ms", pa.float64()),
+        ("status", pa.string()),
+        ("error", pa.string()),
+        ("encoding", pa.string()),
+        ("raw_bytes", pa.int64()),
+        ("raw_tokens", pa.int64()),
+        ("raw_tokens_exact", pa.bool_()),
+        ("view_bytes", pa.int64()),
+        ("view_tokens", pa.int64()),
+        ("view_tokens_exact", pa.bool_()),
+        ("view_source", pa.string()),
+        ("budget_tokens", pa.int64()),
+        ("over_budget", pa.bool_()),
+        ("view_over_budget", pa.bool_()),
+        ("truncated", pa.bool_()),
+        ("truncation_source", pa.string()),
+        ("truncation_kind", pa.string()),
+        ("retained_ranges", pa.list_(pa.list_(pa.int64()))),
+        ("retained_source", pa.string()),
+        ("retained_bytes", pa.int64()),
+        ("omitted_bytes", pa.int64()),
+        ("shape", pa.string()),
+        ("shape_source", pa.string()),
+        ("schema_fingerprint", pa.string()),
+        ("schema_fields", pa.list_(pa.string())),
+        ("arguments", pa.string()),
+        ("warnings", pa.list_(pa.string())),
+        ("redactions", pa.int32()),
+        ("retained_coverage", pa.float64()),
+        ("raw_wrapper", pa.string()),
+        ("wrapper_bytes", pa.int64()),
+        ("wrapper_tokens", pa.int64()),
+        ("view_join", pa.string()),
+        ("origin", pa.string()),
+    ]
+)
+"""A row of ``tool_calls`` as the pipeline hands it over (one per measured tool call)."""
+
+LLM_CALLS: Final = pa.schema(
+    [
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("parent_span_id", pa.string()),
+        ("service_name", pa.string()),
+        ("dialect", pa.string()),
+        ("source", pa.string()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("model", pa.string()),
+        ("input_tokens", pa.int64()),
+        ("output_tokens", pa.int64()),
+    ]
+)
+"""A row of ``llm_calls``: the fields of :class:`collector.model.LlmCall`."""
+
+PAYLOADS: Final = pa.schema(
+    [
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("kind", pa.string()),
+        ("total_bytes", pa.int64()),
+        ("sha256", pa.string()),
+        ("cut", pa.bool_()),
+        ("head_bytes", pa.int64()),
+        ("tail_bytes", pa.int64()),
+        ("blob_id", pa.string()),
+        ("inline", pa.binary()),
+    ]
+)
+"""A row of ``payloads``: where one raw or view payload of a tool call is kept."""
+
+MESSAGE_VIEWS: Final = pa.schema(
+    [
+        ("trace_id", pa.string()),
+        ("tool_call_id", pa.string()),
+        ("llm_span_id", pa.string()),
+        ("bytes", pa.int64()),
+        ("tokens", pa.int64()),
+        ("blob_id", pa.string()),
+        ("inline", pa.binary()),
+        ("tool_name", pa.string()),
+        ("position", pa.int32()),
+        ("llm_start_ns", pa.int64()),
+        ("service_name", pa.string()),
+        ("dialect", pa.string()),
+    ]
+)
+"""A row of ``message_views``: a tool response as an LLM call's input carried it."""
+
+INGEST_ISSUES: Final = pa.schema(
+    [
+        ("collector_id", pa.string()),
+        ("level", pa.string()),
+        ("source", pa.string()),
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("field", pa.string()),
+        ("message", pa.string()),
+    ]
+)
+"""A row of ``ingest_issues``: a problem met while reading a span."""
+
+TABLES: Final = {
+    "tool_calls": TOOL_CALLS,
+    "llm_calls": LLM_CALLS,
+    "payloads": PAYLOADS,
+    "message_views": MESSAGE_VIEWS,
+    "ingest_issues": INGEST_ISSUES,
+}
+"""The tables batches insert into, with the schema of their rows."""
+
+DERIVED_COLUMNS: Final = {
+    "tool_calls": ("start_time", "later_llm_calls"),
+    "llm_calls": ("start_time",),
+    "ingest_issues": ("logged_at",),
+}
+"""Columns of the DDL the store fills in itself: ``start_time`` from ``start_ns`` and
+``logged_at`` from the clock as rows go in, ``later_llm_calls`` recounted after every write
+(:mod:`collector.store.windowcost`)."""

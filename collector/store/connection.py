@@ -1,0 +1,219 @@
+"""Opening the store: a DuckDB file (waiting out another process's lock) or an attached DuckLake.
+
+DuckDB lets one process hold a database file for writing, and while it does, no other
+process can open it, not even read-only. So every opener here retries while the file is
+locked, for up to ``wait_s`` seconds (:func:`connect`), and callers keep a file open only
+for as long as they need it. A lake has no such lock: the process keeps it attached and
+each use gets a cursor (:mod:`collector.store.lake`).
+
+Use :func:`read_connection` for reading and :func:`connect` plus :func:`transaction` for
+writing anything other than a batch (batches go through :class:`collector.store.database.Store`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import duckdb
+
+from collector.errors import StoreError
+from collector.store import lake as L
+from collector.store.schema import lake_schema_sql
+
+LOCK_RETRY_SECONDS = 30.0
+"""How long a writer or reader waits for another process to release the file."""
+
+
+class WriteAbandoned(StoreError):
+    """A retry (a locked file, a failed lake commit) was given up because shutdown was asked for.
+
+    Nothing of the batch is stored. A receiver still has it in its spool and writes it at
+    its next start, so shutting down does not wait out a lock or a catalog outage.
+    """
+
+
+def pause(delay: float, stop: threading.Event | None, waiting_for: str) -> None:
+    """Sleep ``delay`` seconds before a retry, or raise :class:`WriteAbandoned` once ``stop`` is set.
+
+    ``waiting_for`` says what the retry waits for, for the message.
+    """
+    if stop is None:
+        time.sleep(delay)
+        return
+    if stop.wait(delay):
+        raise WriteAbandoned(
+            f"store write abandoned at shutdown while waiting for {waiting_for}; nothing of the batch "
+            "was stored (a receiver keeps it in its spool and writes it at its next start)"
+        )
+
+
+def rows_as_dicts(cur: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """The rest of a query's rows, each as {column: value}."""
+    cols = [d[0] for d in cur.description or []]
+    return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+
+
+@contextlib.contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Run the ``with`` body in one transaction: COMMIT at its end, ROLLBACK if it raises.
+
+    A failing ROLLBACK (the connection already broken) is ignored so that the error that
+    stopped the body is the one raised.
+    """
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield con
+    except BaseException:
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
+
+
+def _is_lock_error(e: Exception) -> bool:
+    text = str(e)
+    return "Could not set lock" in text or "Conflicting lock" in text
+
+
+def connect(
+    path: str,
+    *,
+    read_only: bool,
+    wait_s: float = LOCK_RETRY_SECONDS,
+    stop: threading.Event | None = None,
+) -> duckdb.DuckDBPyConnection:
+    """Open the store ``path``: a DuckDB file, or a cursor on a ``ducklake:`` store. Close it after use.
+
+    A file locked by another process is retried for up to ``wait_s`` seconds (0: one try).
+    A lake is attached once per process; opened for writing, its tables are created if
+    missing, opened read-only it must have them.
+
+    Raises:
+        StoreError: the file cannot be opened or stayed locked, or the lake cannot be used.
+        WriteAbandoned: ``stop`` was set while waiting for the lock.
+    """
+    if L.is_lake(path):
+        return _lake_connect(path, create=not read_only, stop=stop)
+    deadline = time.monotonic() + wait_s
+    delay = 0.01
+    while True:
+        try:
+            return duckdb.connect(path, read_only=read_only)
+        except duckdb.Error as e:
+            if not _is_lock_error(e):
+                raise StoreError(f"cannot open the toolmeter store {path}: {e}") from e
+            if time.monotonic() >= deadline:
+                raise StoreError(
+                    f"the toolmeter store {path} stayed locked by another process for {wait_s:.0f} s. "
+                    "Only one process may hold a DuckDB file at a time: stop the process that keeps it open "
+                    "(a DuckDB shell or notebook), or give this one another --db."
+                ) from e
+            pause(delay, stop, f"another process to release {path}")
+            delay = min(delay * 2, 0.25)
+
+
+@contextlib.contextmanager
+def read_connection(
+    path: str | os.PathLike[str], wait_s: float = LOCK_RETRY_SECONDS
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Open the store read-only for one query (or a few), waiting out a writer's flush.
+
+    Raises:
+        StoreError: the file does not exist, or stayed locked for ``wait_s`` seconds.
+    """
+    path = os.fspath(path)
+    if not L.is_lake(path) and not os.path.exists(path):
+        raise StoreError(
+            f"no toolmeter store at {path}. Record some tool calls first: `toolmeter demo` loads the sample "
+            "traces, `toolmeter ingest FILE --db PATH` loads yours, or add ToolResultProcessor to your agent."
+        )
+    con = connect(path, read_only=True, wait_s=wait_s)
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+def read_progress(path: str, receiver_id: str) -> tuple[int, int]:
+    """The spool position a receiver has written up to (0, 0 when none)."""
+    if not L.is_lake(path) and not os.path.exists(path):
+        return 0, 0
+    con = connect(path, read_only=not L.is_lake(path), wait_s=LOCK_RETRY_SECONDS)
+    try:
+        exists = con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'receiver_progress'"
+        ).fetchone()
+        if not exists or not exists[0]:
+            return 0, 0
+        # a lake appends one row per batch; a file keeps one per receiver
+        row = con.execute(
+            'SELECT segment, "offset" FROM receiver_progress WHERE receiver_id = ? '
+            'ORDER BY segment DESC, "offset" DESC LIMIT 1',
+            [receiver_id],
+        ).fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+    finally:
+        con.close()
+
+
+# --- lakes ----------------------------------------------------------------------------------------
+
+_lake_schema_ready: set[str] = set()
+"""Lakes (by store string) whose tables this process has created or found; cleared for a
+lake when its catalog connection breaks, so the next attach checks again."""
+
+
+def _lake_connect(path: str, create: bool, stop: threading.Event | None = None) -> duckdb.DuckDBPyConnection:
+    """A cursor on the attached lake; its tables created first when ``create``."""
+    spec = L.LakeSpec.parse(path)
+    con = L.lake_cursor(spec)
+    if path in _lake_schema_ready:
+        return con
+    try:
+        if create:
+            _create_lake_tables(con, stop)
+        else:
+            row = con.execute(
+                "SELECT count(*) FROM information_schema.tables WHERE table_catalog = ? AND table_name = 'tool_calls'",
+                [L.ALIAS],
+            ).fetchone()
+            if not row or not row[0]:
+                con.close()
+                raise StoreError(
+                    f"the lake {L.redact(path)} has no toolmeter tables yet. Start `toolmeter serve --db '<lake>'` "
+                    "(or any collector) on it, or move a file into it with `toolmeter migrate`."
+                )
+    except duckdb.Error as e:
+        con.close()
+        L.forget(spec)
+        raise StoreError(f"cannot use the lake {L.redact(path)}: {L.redact(str(e))}") from e
+    except WriteAbandoned:
+        con.close()
+        raise
+    _lake_schema_ready.add(path)
+    return con
+
+
+def forget_lake_schema(path: str) -> None:
+    """Check (and create) the lake's tables again at its next attach (after its catalog went away)."""
+    _lake_schema_ready.discard(path)
+
+
+def _create_lake_tables(con: duckdb.DuckDBPyConnection, stop: threading.Event | None) -> None:
+    # several writers may start at once: CREATE ... IF NOT EXISTS races in the catalog, and
+    # the loser's commit fails; a retry then finds the tables there
+    for attempt in range(10):
+        try:
+            with transaction(con):
+                con.execute(lake_schema_sql())
+            return
+        except duckdb.Error:
+            if attempt == 9:
+                raise
+            pause(0.05 * (attempt + 1) + random.random() * 0.1, stop, "the lake's tables to be created")

@@ -1,0 +1,217 @@
+"""Putting a batch's rows into the tables, inside a transaction the caller has opened.
+
+Rows go in bulk as Arrow tables (schemas in :mod:`collector.store.columns`), registered on
+the connection and inserted ``BY NAME``. A row already stored (same key) is skipped and
+counted as a duplicate, so ingesting a file twice is harmless. A file has primary keys
+(``INSERT OR IGNORE``); a lake has none, so the same skip is an anti-join, and its
+counters and progress are appended rather than replaced (readers take the latest row).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from collector.store import columns
+from collector.store.batch import Batch, WriteResult
+from collector.store.connection import rows_as_dicts
+from collector.store.windowcost import update_later_llm_calls
+
+_WITH_START_TIME = "*, make_timestamp(start_ns // 1000) AS start_time"
+
+
+def insert_new(
+    con: duckdb.DuckDBPyConnection, table: str, source: str, keys: tuple[str, ...], lake: bool,
+    select: str = "*", by_start: bool = False,
+) -> int:  # fmt: skip
+    """Insert the rows of ``source`` (a table, view or subquery) whose ``keys`` are not in ``table`` yet.
+
+    Returns how many rows went in. ``select`` is the column list taken from ``source``.
+    A file has primary keys (``INSERT OR IGNORE``); a lake has none, so it anti-joins on
+    ``keys``, narrowed to the source's time span when ``by_start`` (DuckLake skips other
+    files by their min/max ``start_ns``), and drops repeats inside ``source``.
+    """
+    if not lake:
+        row = con.execute(f"INSERT OR IGNORE INTO {table} BY NAME SELECT {select} FROM {source}").fetchone()
+        return int(row[0]) if row else 0
+    match = " AND ".join(f"t.{k} = s.{k}" for k in keys)
+    if by_start:
+        match += (
+            f" AND t.start_ns BETWEEN (SELECT min(start_ns) FROM {source}) AND (SELECT max(start_ns) FROM {source})"
+        )
+    row = con.execute(
+        f"""INSERT INTO {table} BY NAME SELECT {select}
+            FROM (SELECT DISTINCT ON ({", ".join(keys)}) * FROM {source}) AS s
+            WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE {match})"""
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _register(con: duckdb.DuckDBPyConnection, name: str, rows: list[dict[str, Any]], schema: pa.Schema) -> None:
+    # keys of a row that are not columns are left out (rows read back for a late join carry extras)
+    con.register(name, pa.Table.from_pylist(rows, schema=schema))
+
+
+def _insert_rows(
+    con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]], keys: tuple[str, ...], lake: bool
+) -> int:
+    name = f"{table}_batch"
+    _register(con, name, rows, columns.TABLES[table])
+    try:
+        return insert_new(con, table, name, keys, lake)
+    finally:
+        con.unregister(name)
+
+
+def _delete_calls(con: duckdb.DuckDBPyConnection, calls: list[tuple[str, str]]) -> None:
+    """Delete the tool calls (trace, span) with their payloads."""
+    keys = [f"{t}:{sp}" for t, sp in calls]
+    for table in ("tool_calls", "payloads"):
+        con.execute(f"DELETE FROM {table} WHERE trace_id || ':' || span_id IN (SELECT unnest(?::VARCHAR[]))", [keys])
+
+
+def _insert_tool_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]], lake: bool) -> int:
+    """Insert tool calls from ``tool_batch`` (left registered for the window-cost recount)."""
+    _register(con, "tool_batch", rows, columns.TOOL_CALLS)
+    # a call derived from the messages gives way to the tool span of the same call id
+    gone = con.execute(
+        """SELECT d.trace_id, d.span_id FROM tool_calls d WHERE d.origin = 'messages'
+           AND d.trace_id IN (SELECT trace_id FROM tool_batch WHERE tool_call_id IS NOT NULL)
+           AND EXISTS (SELECT 1 FROM tool_batch b
+                       WHERE b.trace_id = d.trace_id AND b.tool_call_id = d.tool_call_id AND b.origin <> 'messages')"""
+    ).fetchall()
+    if gone:
+        _delete_calls(con, [(t, sp) for t, sp in gone])
+    return insert_new(con, "tool_calls", "tool_batch", ("trace_id", "span_id"), lake, _WITH_START_TIME, by_start=True)
+
+
+def _insert_llm_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]], lake: bool) -> int:
+    """Insert LLM calls from ``llm_batch`` (left registered for the window-cost recount)."""
+    _register(con, "llm_batch", rows, columns.LLM_CALLS)
+    added = insert_new(con, "llm_calls", "llm_batch", ("trace_id", "span_id"), lake, _WITH_START_TIME, by_start=True)
+    # a model-call span around another one (ADK's call_llm around generate_content) is
+    # one call: the inner one, which made the request, is kept
+    row = con.execute(
+        """DELETE FROM llm_calls WHERE trace_id IN (SELECT trace_id FROM llm_batch)
+           AND trace_id || ':' || span_id IN (
+               SELECT trace_id || ':' || parent_span_id FROM llm_calls
+               WHERE trace_id IN (SELECT trace_id FROM llm_batch) AND parent_span_id IS NOT NULL)"""
+    ).fetchone()
+    wrappers = int(row[0]) if row else 0
+    return added - min(wrappers, added)
+
+
+def _record_counters(con: duckdb.DuckDBPyConnection, batch: Batch, lake: bool, written: WriteResult) -> None:
+    """Store the receiver's progress and the collector's counters with the batch."""
+    # one row per collector (file), or appended per batch (lake: replacing a row would make
+    # every writer's commit touch the same rows)
+    replace = "" if lake else "OR REPLACE "
+    if batch.progress is not None:
+        con.execute(
+            f'INSERT {replace}INTO receiver_progress (receiver_id, segment, "offset", updated_at) '
+            "VALUES (?, ?, ?, now()::TIMESTAMP)",
+            list(batch.progress),
+        )
+    if batch.stats is None:
+        return
+    # cumulative counters as of before this batch, plus what this batch did
+    stats = dict(batch.stats)
+    stats["tool_calls_written"] = stats.get("tool_calls_written", 0) + written.tool_calls
+    stats["llm_calls_written"] = stats.get("llm_calls_written", 0) + written.llm_calls
+    stats["duplicates"] = stats.get("duplicates", 0) + written.duplicates
+    cols = ", ".join(stats)
+    marks = ", ".join("?" for _ in stats)
+    con.execute(
+        f"INSERT {replace}INTO collector_stats ({cols}, updated_at) VALUES ({marks}, now()::TIMESTAMP)",
+        list(stats.values()),
+    )
+
+
+_PENDING_JOINS = """
+    SELECT t.*, m.bytes AS message_bytes, m.tokens AS message_tokens, m.blob_id AS message_blob_id,
+           m.inline AS message_inline,
+           p.inline AS raw_inline, p.blob_id AS raw_blob_id, p.cut AS raw_cut,
+           p.head_bytes AS raw_head_bytes, p.tail_bytes AS raw_tail_bytes
+    FROM tool_calls t JOIN message_views m USING (trace_id, tool_call_id)
+    LEFT JOIN payloads p ON p.trace_id = t.trace_id AND p.span_id = t.span_id AND p.kind = 'raw'
+    WHERE t.view_source = 'raw' AND t.trace_id IN (SELECT unnest(?::VARCHAR[]))"""
+_IDLESS_CALLS = """
+    SELECT t.*, p.inline AS raw_inline, p.blob_id AS raw_blob_id, p.cut AS raw_cut,
+           p.head_bytes AS raw_head_bytes, p.tail_bytes AS raw_tail_bytes
+    FROM tool_calls t
+    LEFT JOIN payloads p ON p.trace_id = t.trace_id AND p.span_id = t.span_id AND p.kind = 'raw'
+    WHERE t.tool_call_id IS NULL AND t.view_source = 'raw'
+      AND t.trace_id IN (SELECT unnest(?::VARCHAR[]))"""
+_UNCLAIMED_VIEWS = """
+    SELECT m.*, (SELECT any_value(d.span_id) FROM tool_calls d WHERE d.trace_id = m.trace_id
+                   AND d.tool_call_id = m.tool_call_id AND d.origin = 'messages') AS derived_span_id
+    FROM message_views m
+    WHERE m.trace_id IN (SELECT unnest(?::VARCHAR[]))
+      AND NOT EXISTS (SELECT 1 FROM tool_calls t WHERE t.trace_id = m.trace_id
+                      AND t.tool_call_id = m.tool_call_id AND t.origin IS DISTINCT FROM 'messages')"""
+
+
+def insert_batch(con: duckdb.DuckDBPyConnection, batch: Batch, lake: bool) -> WriteResult:
+    """Insert ``batch`` (in the caller's transaction); returns what went in and what may join now."""
+    tools = llms = 0
+    registered: list[str] = []
+    if batch.tool_rows:
+        tools = _insert_tool_rows(con, batch.tool_rows, lake)
+        registered.append("tool_batch")
+    if batch.llm_rows:
+        llms = _insert_llm_rows(con, batch.llm_rows, lake)
+        registered.append("llm_batch")
+    if registered:
+        update_later_llm_calls(con, registered)
+    for name in registered:
+        con.unregister(name)
+    if batch.payload_rows:
+        _insert_rows(con, "payloads", batch.payload_rows, ("trace_id", "span_id", "kind"), lake)
+    if batch.message_rows:
+        _insert_rows(con, "message_views", batch.message_rows, ("trace_id", "tool_call_id"), lake)
+    if batch.issue_rows:
+        _register(con, "issue_batch", batch.issue_rows, columns.INGEST_ISSUES)
+        con.execute("INSERT INTO ingest_issues BY NAME SELECT now()::TIMESTAMP AS logged_at, * FROM issue_batch")
+        con.unregister("issue_batch")
+    written = WriteResult(tools, llms, len(batch.tool_rows) - tools + len(batch.llm_rows) - llms)
+    _record_counters(con, batch, lake, written)
+    if not batch.join_traces:
+        return written
+    # read in the same transaction as the write: the late join sees exactly what is stored
+    traces = [batch.join_traces]
+    return WriteResult(
+        written.tool_calls,
+        written.llm_calls,
+        written.duplicates,
+        pending_joins=rows_as_dicts(con.execute(_PENDING_JOINS, traces)),
+        idless_calls=rows_as_dicts(con.execute(_IDLESS_CALLS, traces)),
+        unclaimed_views=rows_as_dicts(con.execute(_UNCLAIMED_VIEWS, traces)),
+    )
+
+
+def replace_tool_rows(
+    con: duckdb.DuckDBPyConnection,
+    rows: list[dict[str, Any]],
+    payload_rows: list[dict[str, Any]],
+    drop: list[tuple[str, str]],
+    lake: bool,
+) -> None:
+    """Rewrite stored tool-call rows (after a late join), in the caller's transaction.
+
+    The ``drop`` (trace, span) calls go first, with their payloads; ``payload_rows`` not
+    stored yet are added.
+    """
+    if drop:
+        _delete_calls(con, drop)
+    _register(con, "tool_batch", rows, columns.TOOL_CALLS)
+    updated = [f.name for f in columns.TOOL_CALLS if f.name not in ("trace_id", "span_id")]
+    assignments = ", ".join(f'"{c}" = b."{c}"' for c in updated)
+    con.execute(
+        f"UPDATE tool_calls SET {assignments} FROM tool_batch b "
+        "WHERE tool_calls.trace_id = b.trace_id AND tool_calls.span_id = b.span_id"
+    )
+    con.unregister("tool_batch")
+    if payload_rows:
+        _insert_rows(con, "payloads", payload_rows, ("trace_id", "span_id", "kind"), lake)

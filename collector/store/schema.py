@@ -1,0 +1,44 @@
+"""The store's DDL: ``schema.sql`` for a DuckDB file, and the same tables rewritten for a DuckLake."""
+
+from __future__ import annotations
+
+import importlib.resources
+import re
+
+
+def schema_sql() -> str:
+    """The DDL of the store (``collector/store/schema.sql``)."""
+    return importlib.resources.files("collector.store").joinpath("schema.sql").read_text(encoding="utf-8")
+
+
+_LAKE_ONLY_DROPS = (
+    re.compile(r"^\s*PRIMARY KEY \([^)]*\)\s*\n", re.MULTILINE),  # table-level keys
+    re.compile(r" PRIMARY KEY"),
+    re.compile(r" NOT NULL"),
+    re.compile(r" DEFAULT \S+?(?=[,\s])"),
+)
+
+
+def lake_schema_sql() -> str:
+    """The DDL for a DuckLake store: the same tables without keys, NOT NULL or defaults.
+
+    The ``ADD COLUMN IF NOT EXISTS`` statements stay: they bring a lake made by an earlier
+    version up to date when a writer attaches it (a no-op on a lake that has the columns).
+
+    DuckLake enforces no primary keys; the writers skip stored rows themselves.
+    """
+    sql = schema_sql()
+    for pattern in _LAKE_ONLY_DROPS:
+        sql = pattern.sub("", sql)
+    lines = sql.replace(" JSON,", " VARCHAR,").split("\n")
+    # a column list whose key clause went away now ends in a comma (before any comment)
+    for i, line in enumerate(lines):
+        if line.strip() != ");":
+            continue
+        j = i - 1
+        while j >= 0 and lines[j].strip().startswith("--"):
+            j -= 1
+        code, sep, comment = lines[j].partition("--")
+        if code.rstrip().endswith(","):
+            lines[j] = code.rstrip()[:-1] + (" " + sep + comment if sep else "")
+    return "\n".join(lines)

@@ -1,0 +1,118 @@
+"""The tool-call columns are defined once: the Arrow schemas the store inserts with agree with the DDL
+(file and lake), and with the rows the measurer and the model produce."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from collector.measure.measurement import measure
+from collector.measure.tokens import TokenCounter
+from collector.model import LlmCall, ToolCall
+from collector.store import columns
+from collector.store.batch import Batch
+from collector.store.connection import read_connection
+from collector.store.database import Store
+from collector.store.schema import lake_schema_sql, schema_sql
+
+ADDED_BY_PIPELINE = {"redactions"}
+"""Tool-call columns that measure() leaves out: the pipeline sets ``redactions`` when it
+redacts the payloads for storage (collector/pipeline.py, _store_payloads), after measuring
+the originals."""
+
+
+def duckdb_type(t: pa.DataType) -> str:
+    """The DuckDB column type an Arrow type is stored as."""
+    if pa.types.is_list(t):
+        return duckdb_type(t.value_type) + "[]"
+    names = {
+        pa.string(): "VARCHAR",
+        pa.int64(): "BIGINT",
+        pa.int32(): "INTEGER",
+        pa.float64(): "DOUBLE",
+        pa.bool_(): "BOOLEAN",
+        pa.binary(): "BLOB",
+    }
+    return names[t]
+
+
+def described(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
+    return {name: ctype for name, ctype, *_ in con.execute(f"DESCRIBE {table}").fetchall()}
+
+
+def tables(con: duckdb.DuckDBPyConnection) -> list[str]:
+    return [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY table_name").fetchall()]
+
+
+@pytest.fixture
+def file_con(tmp_path: Path):  # type: ignore[no-untyped-def]
+    con = duckdb.connect(str(tmp_path / "schema.duckdb"))
+    con.execute(schema_sql())
+    yield con
+    con.close()
+
+
+@pytest.mark.parametrize("table", sorted(columns.TABLES))
+def test_arrow_schema_matches_the_ddl_in_names_and_types(file_con: duckdb.DuckDBPyConnection, table: str) -> None:
+    ddl = described(file_con, table)
+    derived = set(columns.DERIVED_COLUMNS.get(table, ()))
+    assert derived <= ddl.keys(), "a derived column the DDL does not have"
+    arrow = {f.name: duckdb_type(f.type) for f in columns.TABLES[table]}
+    assert arrow == {name: ctype for name, ctype in ddl.items() if name not in derived}
+
+
+def test_the_store_fills_the_derived_columns(tmp_path: Path, counter: TokenCounter) -> None:
+    db = str(tmp_path / "derived.duckdb")
+    row = measure(ToolCall(trace_id="a" * 32, span_id="b" * 16, tool_name="t", dialect="gen_ai",
+                           start_ns=10**18, end_ns=10**18 + 5, raw='{"a": 1}'), counter).row()  # fmt: skip
+    row["redactions"] = 0
+    llm = asdict(LlmCall(trace_id="a" * 32, span_id="c" * 16, start_ns=10**18 + 9, end_ns=10**18 + 20,
+                         dialect="gen_ai"))  # fmt: skip
+    Store(db).write(Batch(tool_rows=[row], llm_rows=[llm], issue_rows=[{"level": "warning", "message": "m"}]))
+    with read_connection(db) as con:
+        assert con.execute("SELECT start_time IS NOT NULL, later_llm_calls FROM tool_calls").fetchall() == [(True, 1)]
+        assert con.execute("SELECT count(start_time) FROM llm_calls").fetchone() == (1,)
+        assert con.execute("SELECT count(logged_at) FROM ingest_issues").fetchone() == (1,)
+
+
+def test_measured_row_has_exactly_the_tool_columns(counter: TokenCounter) -> None:
+    call = ToolCall(
+        trace_id="a" * 32, span_id="b" * 16, tool_name="search", dialect="gen_ai", start_ns=1, end_ns=2,
+        raw='{"items": [1, 2, 3], "next": null}', view='{"items": [1, 2]}', budget_tokens=100,
+    )  # fmt: skip
+    row = measure(call, counter).row()
+    assert set(row) == set(columns.TOOL_CALLS.names) - ADDED_BY_PIPELINE
+    row["redactions"] = 0
+    table = pa.Table.from_pylist([row], schema=columns.TOOL_CALLS)  # every value fits its column's type
+    assert table.num_rows == 1 and table.column("raw_bytes").to_pylist() == [len(call.raw or "")]
+
+
+def test_llm_row_has_exactly_the_llm_columns() -> None:
+    row = asdict(LlmCall(trace_id="a" * 32, span_id="b" * 16, start_ns=1, end_ns=2, dialect="gen_ai"))
+    assert set(row) == set(columns.LLM_CALLS.names)
+
+
+def test_lake_ddl_has_the_same_columns(file_con: duckdb.DuckDBPyConnection) -> None:
+    # the lake DDL is the file DDL rewritten by regex (no keys, NOT NULL, defaults; JSON as
+    # VARCHAR): it is plain DuckDB SQL, so it runs in memory and can be described the same way
+    lake = duckdb.connect()
+    try:
+        lake.execute(lake_schema_sql())
+        assert tables(lake) == tables(file_con)
+        for table in tables(file_con):
+            file_columns = described(file_con, table)
+            lake_columns = described(lake, table)
+            assert list(lake_columns) == list(file_columns), table
+            json_columns = {n for n, t in file_columns.items() if t == "JSON"}
+            assert {n: t for n, t in lake_columns.items() if n not in json_columns} == {
+                n: t for n, t in file_columns.items() if n not in json_columns
+            }, table
+            assert all(lake_columns[n] == "VARCHAR" for n in json_columns)
+        keys = lake.execute("SELECT count(*) FROM duckdb_constraints() WHERE constraint_type <> 'CHECK'").fetchone()
+        assert keys == (0,), "the lake DDL still has keys or NOT NULL"
+    finally:
+        lake.close()
