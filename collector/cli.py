@@ -14,9 +14,8 @@ from typing import Any
 
 from collector import config as config_module
 from collector.commands import cmd_alerts, cmd_check, cmd_doctor, cmd_ingest, cmd_lake_maintain, cmd_migrate, cmd_top
-from collector.config import DATA_PATH_ENV, DEFAULT_DEMO_DB, STATE_DIR_ENV
+from collector.config import DATA_PATH_ENV, DEFAULT_DEMO_DB, ENCODINGS, STATE_DIR_ENV
 from collector.errors import ToolmeterError
-from collector.measure.tokens import ENCODINGS
 from collector.query.ranking import RANK_METRICS
 from collector.services import SAMPLE_TRACES, cmd_dashboard, cmd_demo, cmd_serve, cmd_watch
 

@@ -221,7 +221,7 @@ def cmd_alerts(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     import tempfile
 
-    from collector.alerts.detection import check, store_for
+    from collector.alerts.gate import check, store_for
     from collector.alerts.rules import load_rules
 
     rules = load_rules(args.rules)

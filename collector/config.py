@@ -39,9 +39,12 @@ from dataclasses import dataclass, fields
 from typing import Any, Final
 
 from collector.errors import ConfigError
-from collector.measure.tokens import DEFAULT_ENCODING, ENCODINGS
 
 ENV_PREFIX: Final = "TOOLMETER_"
+
+ENCODINGS: Final = ("o200k_base", "cl100k_base")
+"""The tiktoken encodings toolmeter counts with (their files ship in the ``bpe-openai`` wheel)."""
+DEFAULT_ENCODING: Final = "o200k_base"
 
 DEFAULT_DB: Final = "toolmeter.duckdb"
 """The store when neither ``--db``/``db=`` nor ``TOOLMETER_DB`` names one."""

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from collector.alerts.rules import Rule, Rules
 from collector.errors import InputError, StoreError
@@ -151,7 +151,7 @@ def _share(con: duckdb.DuckDBPyConnection, tool: str, fp: str, start: datetime, 
     return (row[0] / row[1] if row[1] else 0.0), int(row[1])
 
 
-def _fields(con: duckdb.DuckDBPyConnection, tool: str, fp: str) -> list[str]:
+def schema_fields(con: duckdb.DuckDBPyConnection, tool: str, fp: str) -> list[str]:
     row = con.execute(
         "SELECT schema_fields FROM tool_calls WHERE tool_name = ? AND schema_fingerprint = ? LIMIT 1", [tool, fp]
     ).fetchone()
@@ -237,7 +237,7 @@ def detect(con: duckdb.DuckDBPyConnection, rules: Rules, tools: list[str] | None
                     if findings:
                         alerts.append(Alert(
                             _alert_id(tool, "schema_change", day), tool, "schema_change", at, findings, before, after,
-                            {"before": previous, "after": fp, **schema_diff(_fields(con, tool, previous), _fields(con, tool, fp))},
+                            {"before": previous, "after": fp, **schema_diff(schema_fields(con, tool, previous), schema_fields(con, tool, fp))},
                             {"before": _examples(con, tool, at - window, at), "after": _examples(con, tool, at, at + window)},
                         ))  # fmt: skip
                     previous = fp
@@ -298,6 +298,14 @@ def _row(alert: Alert) -> list[Any]:
             first.ratio, alert.summary, json.dumps(evidence, default=str)]  # fmt: skip
 
 
+_ALERT_SCHEMA = pa.schema([
+    ("alert_id", pa.string()), ("tool_name", pa.string()), ("kind", pa.string()), ("change_at", pa.timestamp("us")),
+    ("metric", pa.string()), ("before_value", pa.float64()), ("after_value", pa.float64()), ("ratio", pa.float64()),
+    ("summary", pa.string()), ("evidence", pa.string()),
+])  # fmt: skip
+_ALERT_COLUMNS = tuple(_ALERT_SCHEMA.names)
+
+
 def evaluate(db_path: str, rules: Rules) -> list[Alert]:
     """Detect alerts and store the new ones; returns the ones that were new."""
     with read_connection(db_path) as con:
@@ -310,12 +318,16 @@ def evaluate(db_path: str, rules: Rules) -> list[Alert]:
         new = [a for a in found if a.alert_id not in existing]
         if new:
             verb = "INSERT" if is_lake(db_path) else "INSERT OR IGNORE"  # a lake has no keys; `new` is new
-            con.executemany(
-                f"""{verb} INTO alerts (alert_id, tool_name, kind, change_at, metric, before_value, after_value,
-                                                 ratio, summary, evidence, state, detected_at, delivery_attempts)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', now()::TIMESTAMP, 0)""",
-                [_row(a) for a in new],
-            )
+            table = pa.table({name: [row[i] for row in map(_row, new)] for i, name in enumerate(_ALERT_COLUMNS)},
+                             schema=_ALERT_SCHEMA)  # fmt: skip
+            con.register("new_alerts", table)
+            try:
+                con.execute(
+                    f"""{verb} INTO alerts ({", ".join(_ALERT_COLUMNS)}, state, detected_at, delivery_attempts)
+                        SELECT *, 'open', now()::TIMESTAMP, 0 FROM new_alerts"""
+                )
+            finally:
+                con.unregister("new_alerts")
         return new
     except duckdb.Error as e:
         raise StoreError(f"cannot store alerts in {db_path}: {e}") from e
@@ -348,80 +360,3 @@ def set_state(db_path: str, alert_id: str, state: str) -> None:
             raise InputError(f"no alert {alert_id!r} in {db_path}")
     finally:
         con.close()
-
-
-# --- the CI gate --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CheckRow:
-    tool: str
-    metric: str
-    before: float
-    after: float
-    ratio: float | None
-    threshold: str
-    schema: dict[str, list[str]]
-
-
-def _whole(con: duckdb.DuckDBPyConnection, tool: str) -> Envelope:
-    return envelope(con, tool, datetime(1970, 1, 1), datetime(9999, 1, 1))
-
-
-def _dominant(con: duckdb.DuckDBPyConnection, tool: str) -> str | None:
-    row = con.execute(
-        """SELECT schema_fingerprint FROM tool_calls WHERE tool_name = ? AND status <> 'error'
-           AND schema_fingerprint IS NOT NULL GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1""",
-        [tool],
-    ).fetchone()
-    return row[0] if row else None
-
-
-def check(baseline_db: str, candidate_db: str, rules: Rules) -> tuple[list[CheckRow], list[str]]:
-    """Compare two stores tool by tool. Returns the failures and notes (tools too small, new, gone)."""
-    failures: list[CheckRow] = []
-    notes: list[str] = []
-    with read_connection(baseline_db) as base, read_connection(candidate_db) as cand:
-        tools_b = {r[0] for r in base.execute("SELECT DISTINCT tool_name FROM tool_calls").fetchall()}
-        tools_c = {r[0] for r in cand.execute("SELECT DISTINCT tool_name FROM tool_calls").fetchall()}
-        for tool in sorted(tools_c - tools_b):
-            notes.append(f"{tool}: new in the candidate (no baseline to compare)")
-        for tool in sorted(tools_b - tools_c):
-            notes.append(f"{tool}: not called in the candidate")
-        for tool in sorted(tools_b & tools_c):
-            rule = rules.for_tool(tool)
-            before, after = _whole(base, tool), _whole(cand, tool)
-            if before.calls < rule.min_calls or after.calls < rule.min_calls:
-                notes.append(
-                    f"{tool}: {before.calls} baseline / {after.calls} candidate calls, under min_calls={rule.min_calls}"
-                )
-                continue
-            fb, fc = _dominant(base, tool), _dominant(cand, tool)
-            diff = schema_diff(_fields(base, tool, fb), _fields(cand, tool, fc)) if fb and fc and fb != fc else {}
-            for f in compare(before, after, rule):
-                failures.append(CheckRow(tool, f.metric, f.before, f.after, f.ratio, f.threshold, diff))
-    return failures, notes
-
-
-def store_for(path: str, workdir: str) -> str:
-    """``path`` itself when it is a DuckDB or DuckLake store, else a store ingested from trace file(s)."""
-    if is_lake(path):
-        return path
-    if os.path.isfile(path):
-        with open(path, "rb") as f:
-            head = f.read(16)
-        if head[8:12] == b"DUCK":
-            return path
-    from collector.config import CollectorConfig
-    from collector.ingest import ingest_files
-
-    if not os.path.exists(path):
-        raise InputError(f"{path}: no such store or trace file")
-    db = os.path.join(workdir, f"check-{hashlib.sha256(path.encode()).hexdigest()[:8]}.duckdb")
-    files = [path] if os.path.isfile(path) else sorted(
-        os.path.join(path, f) for f in os.listdir(path) if f.endswith((".json", ".json.gz", ".jsonl", ".pb"))
-    )  # fmt: skip
-    summary = ingest_files(files, CollectorConfig(db=db, store_payloads=False))
-    if summary.failed_files:
-        raise InputError(f"{path}: cannot read {', '.join(summary.failed_files)}")
-    return db

@@ -120,13 +120,14 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Final, NamedTuple
 
+from collector.config import REDACT_ENV, REDACT_PATTERNS_ENV
 from collector.errors import ConfigError
 from collector.measure.secret_rules import BUILTIN_RULES, Rule
 
 __all__ = ["ENV_PATTERNS", "ENV_SWITCH", "Redactor", "Secret"]
 
-ENV_SWITCH: Final = "TOOLMETER_REDACT"
-ENV_PATTERNS: Final = "TOOLMETER_REDACT_PATTERNS"
+ENV_SWITCH: Final = REDACT_ENV
+ENV_PATTERNS: Final = REDACT_PATTERNS_ENV
 
 PREFILTER_MIN_BYTES = 64 * 1024
 """Payloads this large are first screened in one RE2 pass (smaller ones: not worth a call)."""

@@ -34,10 +34,8 @@ from typing import Any, Final
 import tiktoken
 from tiktoken_ext import openai_public
 
+from collector.config import DEFAULT_ENCODING, ENCODINGS
 from collector.errors import ConfigError
-
-ENCODINGS: Final = ("o200k_base", "cl100k_base")
-DEFAULT_ENCODING: Final = "o200k_base"
 
 CHUNK_CHARS: Final = 256 * 1024
 """Target size of one counting chunk."""

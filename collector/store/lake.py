@@ -33,6 +33,7 @@ from typing import Final
 
 import duckdb
 
+from collector.config import DATA_PATH_ENV, DEFAULT_STATE_DIR, STATE_DIR_ENV, env_text
 from collector.errors import StoreError
 from collector.store.extensions import LAKE_EXTENSIONS, OBJECT_STORAGE_EXTENSIONS, load_extensions
 
@@ -40,8 +41,6 @@ PREFIX: Final = "ducklake:"
 ALIAS: Final = "toolmeter_lake"
 """Name the lake is attached under; ``USE`` makes it the default, so queries are unqualified."""
 
-DATA_PATH_ENV: Final = "TOOLMETER_DATA_PATH"
-STATE_DIR_ENV: Final = "TOOLMETER_STATE_DIR"
 MAX_RETRY_COUNT: Final = 20
 """``ducklake_max_retry_count`` (DuckLake's default is 10): how often DuckLake itself retries a
 commit that lost a race with another writer. With :data:`RETRY_BACKOFF` the waits add up
@@ -83,8 +82,10 @@ class LakeSpec:
                 "the DuckLake store names no catalog: use 'ducklake:postgres:dbname=NAME host=HOST user=USER "
                 "password=...' or 'ducklake:/path/to/catalog.ducklake'"
             )
-        data = data_path if data_path is not None else os.environ.get(DATA_PATH_ENV) or None
-        state = Path(state_dir if state_dir is not None else os.environ.get(STATE_DIR_ENV) or ".toolmeter")
+        data = env_text(DATA_PATH_ENV, data_path)
+        state = Path(
+            env_text(STATE_DIR_ENV, os.fspath(state_dir) if state_dir is not None else None) or DEFAULT_STATE_DIR
+        )
         return cls(catalog=catalog, data_path=data, state_dir=state.absolute())
 
     @property

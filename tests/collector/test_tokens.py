@@ -45,7 +45,8 @@ def test_a_corrupt_encoding_file_is_refused(tmp_path: Path, monkeypatch: pytest.
 
 _COUNT_IN_A_FRESH_PROCESS = """
 import json, os
-from collector.measure.tokens import ENCODINGS, TokenCounter
+from collector.config import ENCODINGS
+from collector.measure.tokens import TokenCounter
 counts = [TokenCounter(name).count("hello world <|endoftext|>").tokens for name in ENCODINGS]
 print(json.dumps({"counts": counts, "cache_dir": os.environ.get("TIKTOKEN_CACHE_DIR")}))
 """
