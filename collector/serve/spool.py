@@ -76,18 +76,37 @@ class Spool:
         """
         header = _HEADER.pack(len(body), kind, zlib.crc32(body))
         with self._lock:
+            start = None
             try:
                 if self._file.tell() >= self.segment_bytes:
                     self._file.close()
                     self._current += 1
                     self._file = open(self._path(self._current), "ab")  # noqa: SIM115
+                start = self._file.tell()
                 self._file.write(header)  # two writes: no copy of a large body
                 self._file.write(body)
                 self._file.flush()
                 os.fsync(self._file.fileno())
                 return self._current, self._file.tell()
             except OSError as e:
+                self._undo(start)
                 raise StoreError(f"cannot write to the spool in {self.folder}: {e.strerror}") from e
+
+    def _undo(self, start: int | None) -> None:
+        """Forget a record that failed half-way (holding ``_lock``).
+
+        Its bytes may sit in the file's buffer or half on disk; flushed later, before the next
+        record, they would read as a torn record and hide every record after it at replay. So
+        the buffer is dropped (closing discards it even when the flush fails), the segment cut
+        back to where the record began, and the file opened again.
+        """
+        with contextlib.suppress(OSError):
+            self._file.close()
+        if start is not None:
+            with contextlib.suppress(OSError):
+                os.truncate(self._path(self._current), start)
+        with contextlib.suppress(OSError):
+            self._file = open(self._path(self._current), "ab")  # noqa: SIM115
 
     def _records(self, n: int, offset: int) -> Iterator[tuple[int, int, int, bytes]]:
         try:

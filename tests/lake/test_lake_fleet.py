@@ -310,3 +310,39 @@ def test_a_receiver_started_while_the_catalog_is_away_accepts_and_writes_once_it
     host.stop()
     assert len(stored) == len(set(stored)) == len(set(acked)) == 9
     assert "the lake cannot be reached" in host.log.read_text()
+
+
+def test_sigterm_during_an_outage_exits_promptly_and_the_next_start_writes_the_spool(
+    lake: Lake, postgres: PostgresServer, hosts: list[Host], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a supervisor stops a receiver while the catalog is away: the store's retries end at once
+    # (what was acknowledged stays in the spool), and the next start on the same disk writes it
+    monkeypatch.setenv(L.STATE_DIR_ENV, str(lake.state_dir))
+    host = Host(lake, "host0", tmp_path / "host0")
+    hosts.append(host)
+    host.start()
+    first = otlp(*_trace(0, 0))
+    assert host.send(json.dumps(first).encode())
+    acked = _tool_ids(first["resourceSpans"][0]["scopeSpans"][0]["spans"])
+    _wait_for(lake.uri, set(acked))
+    postgres.stop()
+    try:
+        for n in (1, 2):
+            doc = otlp(*_trace(0, n))
+            assert host.send(json.dumps(doc).encode()), f"batch {n} refused during the outage"
+            acked += _tool_ids(doc["resourceSpans"][0]["scopeSpans"][0]["spans"])
+        assert host.proc is not None
+        started = time.monotonic()
+        host.proc.send_signal(signal.SIGTERM)
+        host.proc.wait(timeout=60)
+        took = time.monotonic() - started
+    finally:
+        postgres.start()
+    assert took < 30, f"SIGTERM took {took:.0f} s during the outage"
+    assert "stay in the spool" in host.log.read_text()
+    again = Host(lake, "host0-again", tmp_path / "host0")  # the same state folder: the same spool
+    hosts.append(again)
+    again.start()
+    stored = _wait_for(lake.uri, set(acked))
+    again.stop()
+    assert sorted(stored) == sorted(set(acked)) and len(acked) == 9
