@@ -92,7 +92,7 @@ def cmd_top(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no tool calls in {redact(args.db)} yet")
         return 0
-    header = f"{'tool':<24} {'calls':>6} {'view p50':>9} {'p95':>8} {'p99':>8} {'max':>8} {'raw p99':>8} {'trunc':>6} {'>budget':>7} {'window cost':>11}"
+    header = f"{'tool':<24} {'calls':>6} {'view p50':>9} {'p95':>8} {'p99':>8} {'max':>8} {'raw p99':>8} {'trunc':>6} {'raw>bud':>7} {'view>bud':>8} {'window cost':>11}"
     print(header)
     print("-" * len(header))
     for r in rows:
@@ -100,7 +100,8 @@ def cmd_top(args: argparse.Namespace) -> int:
             f"{r['tool'][:24]:<24} {r['calls']:>6} {format_tokens(r['view_tokens_p50']):>9} "
             f"{format_tokens(r['view_tokens_p95']):>8} {format_tokens(r['view_tokens_p99']):>8} "
             f"{format_tokens(r['view_tokens_max']):>8} {format_tokens(r['raw_tokens_p99']):>8} "
-            f"{_pct(r['truncated_rate']):>6} {_pct(r['over_budget_rate']):>7} {format_tokens(r['window_cost_tokens']):>11}"
+            f"{_pct(r['truncated_rate']):>6} {_pct(r['raw_over_budget_rate']):>7} {_pct(r['view_over_budget_rate']):>8} "
+            f"{format_tokens(r['window_cost_tokens']):>11}"
         )
     if totals["dropped"] or totals["failed"]:
         print(

@@ -1,7 +1,8 @@
 """Excerpts of large payloads for the replay: the parts around retained ranges, marked.
 
 A raw result can be megabytes; the page shows each retained range (long ones by their
-ends), some context on each side, and one line per gap saying how many bytes it skips.
+ends, the middle folded and counted as retained), some context on each side, and one line
+per gap saying how many bytes it skips and why.
 Offsets are byte offsets of the raw's UTF-8 bytes, as the collector records them. Pure
 functions, no Streamlit.
 """
@@ -29,7 +30,7 @@ class Piece:
 
     start: int
     end: int
-    kind: str  # "retained" | "context" | "gap" | "not_stored"
+    kind: str  # "retained" | "retained_fold" | "context" | "gap" | "more" | "not_stored"
     text: str = ""
 
 
@@ -64,36 +65,59 @@ def _pieces_of(payload: Payload, start: int, end: int, kind: str) -> list[Piece]
     return out
 
 
-def excerpt(payload: Payload, ranges: list[list[int]] | None) -> list[Piece]:
-    """Pieces to show for a raw payload with its retained ranges."""
-    total = payload.total_bytes
-    windows: list[tuple[int, int, str]] = []
-    for start, end in ranges or []:
-        start, end = max(0, start), min(total, end)
-        windows.append((max(0, start - CONTEXT_BYTES), start, "context"))
-        if end - start > 2 * RANGE_END_BYTES:
-            windows.append((start, start + RANGE_END_BYTES, "retained"))
-            windows.append((end - RANGE_END_BYTES, end, "retained"))
+def _merged(ranges: list[list[int]] | None, total: int) -> list[tuple[int, int]]:
+    """The retained ranges clipped to the payload, sorted, overlapping and touching ones joined."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted((max(0, int(s)), min(total, int(e))) for s, e in ranges or []):
+        if end <= start:
+            continue
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
         else:
-            windows.append((start, end, "retained"))
-        windows.append((end, min(total, end + CONTEXT_BYTES), "context"))
-    if not windows:
-        windows.append((0, min(total, UNRETAINED_PREVIEW_BYTES), "context"))
-    # walk the windows in order; retained wins where a context window overlaps it
-    windows.sort(key=lambda w: (w[0], w[2] != "retained"))
+            out.append((start, end))
+    return out
+
+
+def _retained(payload: Payload, start: int, end: int) -> list[Piece]:
+    """A retained stretch: whole, or (when long) its two ends around a fold that says how much is in between."""
+    if end - start <= 2 * RANGE_END_BYTES:
+        return _pieces_of(payload, start, end, "retained")
+    return [
+        *_pieces_of(payload, start, start + RANGE_END_BYTES, "retained"),
+        Piece(start + RANGE_END_BYTES, end - RANGE_END_BYTES, "retained_fold"),
+        *_pieces_of(payload, end - RANGE_END_BYTES, end, "retained"),
+    ]
+
+
+def excerpt(payload: Payload, ranges: list[list[int]] | None) -> list[Piece]:
+    """Pieces that cover the raw payload once, in order, from one retained mask.
+
+    Every byte is retained (marked; a long stretch folded, its middle counted as retained),
+    shown as context (up to :data:`CONTEXT_BYTES` beside a retained range, never a retained
+    byte), a gap ("not retained"), or not stored (outside the stored head and tail). With
+    no ranges (``None``: nothing was cut, or nothing is known) the head is previewed and the
+    rest is counted as "not shown", not as "not retained".
+    """
+    total = payload.total_bytes
+    kept = _merged(ranges, total)
+    if not kept:
+        end = min(total, UNRETAINED_PREVIEW_BYTES)
+        preview = _pieces_of(payload, 0, end, "context")
+        if end < total:
+            preview.append(Piece(end, total, "more" if ranges is None else "gap"))
+        return preview
     pieces: list[Piece] = []
     cursor = 0
-    for s, e, kind in windows:
-        s = max(s, cursor)
-        if e <= s:
-            continue
-        if s > cursor:
-            pieces.append(Piece(cursor, s, "gap"))
-        if kind == "context":  # don't let context swallow a retained window that starts inside it
-            nxt = min((ws for ws, _, k in windows if k == "retained" and s < ws < e), default=e)
-            e = nxt
-        pieces += _pieces_of(payload, s, e, kind)
-        cursor = e
+    for n, (start, end) in enumerate(kept):
+        lead = max(cursor, start - CONTEXT_BYTES)
+        if lead > cursor:
+            pieces.append(Piece(cursor, lead, "gap"))
+        pieces += _pieces_of(payload, lead, start, "context") if start > lead else []
+        pieces += _retained(payload, start, end)
+        following = kept[n + 1][0] if n + 1 < len(kept) else total
+        trail = min(end + CONTEXT_BYTES, following)
+        pieces += _pieces_of(payload, end, trail, "context") if trail > end else []
+        cursor = max(end, trail)
     if cursor < total:
         pieces.append(Piece(cursor, total, "gap"))
     return pieces
@@ -105,7 +129,14 @@ def to_html(pieces: list[Piece]) -> str:
            'word-break:break-all;max-height:600px;overflow:auto;border:1px solid #ddd;padding:6px">']  # fmt: skip
     for p in pieces:
         if p.kind == "gap":
-            out.append(f'<div style="color:#888;margin:4px 0">··· {p.end - p.start:,} bytes not retained ···</div>')
+            out.append(f'<div class="tm-gap" style="color:#888;margin:4px 0">··· {p.end - p.start:,} bytes not '
+                       "retained ···</div>")  # fmt: skip
+        elif p.kind == "retained_fold":
+            out.append(f'<div class="tm-fold" style="color:#2a7d2a;margin:4px 0">··· {p.end - p.start:,} retained bytes '
+                       f"not shown here (bytes {p.start:,}-{p.end:,}; the model saw them) ···</div>")  # fmt: skip
+        elif p.kind == "more":
+            out.append(f'<div class="tm-more" style="color:#888;margin:4px 0">··· {p.end - p.start:,} more bytes '
+                       "not shown here ···</div>")  # fmt: skip
         elif p.kind == "not_stored":
             out.append(
                 f'<div style="color:#b00;margin:4px 0">··· bytes {p.start:,}-{p.end:,} not stored '
@@ -119,3 +150,30 @@ def to_html(pieces: list[Piece]) -> str:
             out.append(f'<span style="color:#555">{html.escape(p.text)}</span>')
     out.append("</div>")
     return "".join(out)
+
+
+def stored_text(payload: Payload) -> str:
+    """The stored payload as text; a head and tail stored apart are joined by a line saying so."""
+    if not payload.cut:
+        return (payload.head + payload.tail).decode("utf-8", errors="replace")
+    omitted = payload.total_bytes - len(payload.head) - len(payload.tail)
+    return (
+        payload.head.decode("utf-8", errors="replace")
+        + f"\n\n··· {omitted:,} bytes not stored (over the payload cap) ···\n\n"
+        + payload.tail.decode("utf-8", errors="replace")
+    )
+
+
+def preview(text: str, head: int = 16_000, tail: int = 4_000) -> str:
+    """``text`` itself, or its head and tail around a line counting what is between (cut at line
+    ends near the bounds, so no row is split)."""
+    if len(text) <= head + tail:
+        return text
+    cut_head = text.rfind("\n", head - 500, head)
+    cut_head = head if cut_head < 0 else cut_head + 1
+    cut_tail = text.find("\n", len(text) - tail, len(text) - tail + 500)
+    cut_tail = len(text) - tail if cut_tail < 0 else cut_tail + 1
+    hidden = cut_tail - cut_head
+    return (
+        f"{text[:cut_head]}\n··· {hidden:,} more characters (switch on 'show the whole view') ···\n\n{text[cut_tail:]}"
+    )

@@ -110,6 +110,12 @@ def size_percentiles(
     return dict(zip(keys, row, strict=True))
 
 
+def declared_budget(con: duckdb.DuckDBPyConnection, tool: str) -> int | None:
+    """The largest budget the tool declared on any call (whatever the filters), or None."""
+    row = con.execute("SELECT max(budget_tokens) FROM tool_calls WHERE tool_name = ?", [tool]).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
 def daily_envelope(con: duckdb.DuckDBPyConnection, filters: Filters, tool: str) -> pd.DataFrame:
     """Per day: calls, p50/p99 of view and raw tokens, truncation and over-budget rates,
     and the day's dominant schema fingerprint (errors excluded from the schema)."""
@@ -181,7 +187,7 @@ def largest_calls(con: duckdb.DuckDBPyConnection, filters: Filters, tool: str, l
     where, params = filters.where()
     sql = f"""
         SELECT trace_id, span_id, start_time, service_name, view_tokens, raw_tokens, raw_bytes,
-               truncated, over_budget, status
+               truncated, over_budget, view_over_budget, status
         FROM tool_calls WHERE {where} AND tool_name = ?
         ORDER BY view_tokens DESC NULLS LAST, raw_tokens DESC NULLS LAST LIMIT ?
     """

@@ -9,9 +9,11 @@ from __future__ import annotations
 import sys
 from datetime import datetime, time, timedelta
 
+import duckdb
 import streamlit as st
 
 from collector.errors import StoreError
+from collector.query.coverage import check_store
 from collector.query.ranking import Filters
 from collector.store.lake import redact
 from dashboard import queries
@@ -26,7 +28,11 @@ st.session_state["db"] = DB
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
 def _options(path: str) -> tuple[dict[str, list[str]], tuple[object, object]]:
-    return run_query(path, lambda con: (queries.filter_options(con), queries.time_bounds(con)))
+    def q(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, list[str]], tuple[object, object]]:
+        check_store(con, redact(path))  # a DuckDB file that is not a toolmeter store: say so, not a traceback
+        return queries.filter_options(con), queries.time_bounds(con)
+
+    return run_query(path, q)
 
 
 def _sidebar() -> Filters | None:

@@ -52,3 +52,15 @@ def test_nothing_in_the_collector_writes_to_the_environment_of_the_process_it_ru
         if writes.search(line)
     ]
     assert found == []
+
+
+def test_no_page_prints_a_stray_string() -> None:
+    # Streamlit's "magic" writes every bare expression of a page script on the page: a string
+    # after a constant, meant as its docstring, would show up as text above the title
+    stray = [
+        f"{p.relative_to(ROOT)}:{node.lineno}"
+        for p in [*sorted(ROOT.glob("dashboard/app_pages/*.py")), ROOT / "dashboard" / "streamlit_app.py"]
+        for node in ast.parse(p.read_text()).body[1:]
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    ]
+    assert stray == []

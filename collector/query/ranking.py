@@ -71,6 +71,10 @@ def _calls(filters: Filters) -> tuple[str, list[Any]]:
 def ranking(con: duckdb.DuckDBPyConnection, filters: Filters | None = None, by: str = "view") -> list[dict[str, Any]]:
     """Per tool: calls, percentiles of view and raw tokens, bytes, rates, window cost.
 
+    Two budget rates: ``raw_over_budget_rate`` (the tool produced more than its budget; also
+    ``over_budget_rate``, its older name) and ``view_over_budget_rate`` (what the model was
+    shown was still over it: the budget did not hold). Calls without a budget count in neither.
+
     Percentiles are exact (``quantile_cont`` over every call).
     """
     if by not in RANK_METRICS:
@@ -82,7 +86,8 @@ def ranking(con: duckdb.DuckDBPyConnection, filters: Filters | None = None, by: 
         SELECT tool, calls,
                vq[1] AS view_tokens_p50, vq[2] AS view_tokens_p95, vq[3] AS view_tokens_p99, view_tokens_max,
                rq[1] AS raw_tokens_p50, rq[2] AS raw_tokens_p95, rq[3] AS raw_tokens_p99, raw_tokens_max,
-               raw_bytes_p99, view_bytes_p99, raw_bytes_total, truncated_rate, over_budget_rate, budget_tokens,
+               raw_bytes_p99, view_bytes_p99, raw_bytes_total, truncated_rate, over_budget_rate,
+               over_budget_rate AS raw_over_budget_rate, view_over_budget_rate, budget_tokens,
                window_cost_tokens, errors
         FROM (
             SELECT tool_name AS tool,
@@ -97,6 +102,8 @@ def ranking(con: duckdb.DuckDBPyConnection, filters: Filters | None = None, by: 
                    avg(CASE WHEN truncated THEN 1.0 ELSE 0.0 END) AS truncated_rate,
                    avg(CASE WHEN over_budget THEN 1.0 WHEN over_budget IS NULL THEN NULL ELSE 0.0 END)
                        AS over_budget_rate,
+                   avg(CASE WHEN view_over_budget THEN 1.0 WHEN view_over_budget IS NULL THEN NULL ELSE 0.0 END)
+                       AS view_over_budget_rate,
                    max(budget_tokens) AS budget_tokens,
                    coalesce(sum(window_cost_tokens), 0) AS window_cost_tokens,
                    count(*) FILTER (WHERE status = 'error') AS errors

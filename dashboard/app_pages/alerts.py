@@ -73,7 +73,8 @@ for alert in rows:
         )
         left, right = st.columns([2, 3])
         left.dataframe(table, hide_index=True, width="stretch")
-        right.plotly_chart(charts.before_after(_hist(DB, alert["tool_name"], alert["alert_id"], ev)), width="stretch")
+        right.plotly_chart(charts.before_after(_hist(DB, alert["tool_name"], alert["alert_id"], ev)), width="stretch",
+                           key=f"before_after_{alert['alert_id']}")  # fmt: skip
         schema = ev.get("schema") or {}
         for key, what in (("added", "fields added"), ("removed", "fields removed"), ("changed", "types changed")):
             if schema.get(key):

@@ -11,7 +11,7 @@ from collector.query.ranking import Filters
 from collector.store.payloads import Payload, load_payload
 from dashboard import charts, queries
 from dashboard.connection import run_query
-from dashboard.excerpt import excerpt, to_html
+from dashboard.excerpt import excerpt, preview, stored_text, to_html
 from dashboard.format import human_bytes, human_tokens
 from dashboard.state import CACHE_TTL_S
 
@@ -19,7 +19,10 @@ DB: str = st.session_state["db"]
 filters: Filters = st.session_state["filters"]
 tools: list[str] = st.session_state["tool_names"]
 
-VIEW_PREVIEW_CHARS = 20_000
+# (comments, not docstrings: Streamlit would print a bare string on the page)
+VIEW_HEAD_CHARS = 16_000  # a longer view shows its head and its tail, with the count of characters between
+VIEW_TAIL_CHARS = 4_000
+BOX_HEIGHT_PX = 600  # raw and view scroll in boxes of the same height, so they stay side by side
 ORDER_LABELS = {"largest": "largest result first", "truncated": "with truncated results", "newest": "newest first"}
 
 
@@ -71,7 +74,7 @@ trace_id = str(found.iloc[pick]["trace_id"])
 steps, occupancy = _trace(DB, trace_id)
 
 st.subheader("Context window, call by call")
-st.plotly_chart(charts.context_occupancy(occupancy), width="stretch")
+st.plotly_chart(charts.context_occupancy(occupancy), width="stretch", key="replay_occupancy")
 
 st.subheader("Steps")
 tool_steps = steps[steps["kind"] == "tool"].reset_index(drop=True)
@@ -139,18 +142,21 @@ with left:
             )
         st.html(to_html(excerpt(raw, call["retained_ranges"])))
         if st.toggle("show the whole stored raw payload", key=f"full_{spans[i]}"):
-            st.code((raw.head + raw.tail).decode("utf-8", errors="replace"), language=None, wrap_lines=True)
+            st.code(stored_text(raw), language=None, wrap_lines=True, height=BOX_HEIGHT_PX)
 with right:
     st.markdown("**Model-facing view** (what the model was shown)")
     if view is not None:
-        text = (view.head + view.tail).decode("utf-8", errors="replace")
+        text = stored_text(view)
     elif call["view_source"] == "raw" and raw is not None:
-        text = (raw.head + raw.tail).decode("utf-8", errors="replace")
+        text = stored_text(raw)
         st.caption("No separate view: the model was shown the raw result.")
     else:
         text = ""
         st.info("No view payload stored.")
     if text:
-        st.code(text[:VIEW_PREVIEW_CHARS], language=None, wrap_lines=True)
-        if len(text) > VIEW_PREVIEW_CHARS and st.toggle("show the whole view", key=f"fullview_{spans[i]}"):
-            st.code(text, language=None, wrap_lines=True)
+        # never cut silently: the end of a view is where truncation notes and the last rows are
+        st.code(preview(text, VIEW_HEAD_CHARS, VIEW_TAIL_CHARS), language=None, wrap_lines=True, height=BOX_HEIGHT_PX)
+        if len(text) > VIEW_HEAD_CHARS + VIEW_TAIL_CHARS and st.toggle(
+            "show the whole view", key=f"fullview_{spans[i]}"
+        ):
+            st.code(text, language=None, wrap_lines=True, height=BOX_HEIGHT_PX)

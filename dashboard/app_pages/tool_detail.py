@@ -27,6 +27,7 @@ def _load(path: str, f: Filters, tool: str, metric: str) -> dict[str, Any]:
             "daily": queries.daily_envelope(con, f, tool),
             "changes": queries.schema_changes(con, f, tool),
             "largest": queries.largest_calls(con, f, tool),
+            "declared_budget": queries.declared_budget(con, tool),
         }
 
     return run_query(path, q)
@@ -43,22 +44,36 @@ metric = st.radio("size", list(queries.SIZE_METRICS), format_func=queries.SIZE_M
                   horizontal=True, key="detail_metric")  # fmt: skip
 data = _load(DB, filters, tool, metric)
 pcts = data["pcts"]
+if not pcts["calls"]:
+    st.info(
+        f"No call of `{tool}` matches the filters (service, time range, encoding in the sidebar). "
+        "Widen them, or pick another tool."
+    )
+    st.stop()
 fmt = human_bytes if metric == "raw_bytes" else human_tokens
+# the budget the selected calls declared, else the one the tool declared on its other calls
+budget_tokens = pcts["budget_tokens"] if pcts["budget_tokens"] is not None else data["declared_budget"]
 c1, c2, c3, c4, c5 = st.columns(5)
 c1.metric("calls", f"{pcts['calls']:,}")
 c2.metric("p50", fmt(pcts["p50"]))
 c3.metric("p95", fmt(pcts["p95"]))
 c4.metric("p99", fmt(pcts["p99"]))
-c5.metric("budget", human_tokens(pcts["budget_tokens"]) if pcts["budget_tokens"] else "none")
+c5.metric(
+    "budget",
+    f"{human_tokens(budget_tokens)} tokens" if budget_tokens is not None else "not declared",
+    help="the largest budget_tokens the tool declared"
+    + ("" if pcts["budget_tokens"] is not None or budget_tokens is None else " (on calls outside the filters)"),
+)
 
-budget = pcts["budget_tokens"] if metric != "raw_bytes" else None
+budget = budget_tokens if metric != "raw_bytes" else None
 st.subheader("Distribution of result sizes")
-st.plotly_chart(charts.size_histogram(data["hist"], pcts, queries.SIZE_METRICS[metric], budget), width="stretch")
+st.plotly_chart(charts.size_histogram(data["hist"], pcts, queries.SIZE_METRICS[metric], budget), width="stretch",
+                key="detail_histogram")  # fmt: skip
 
 st.subheader("Envelope over time")
 changes: list[queries.SchemaChange] = data["changes"]
-st.plotly_chart(charts.envelope_over_time(data["daily"], [c.day for c in changes], pcts["budget_tokens"]),
-                width="stretch")  # fmt: skip
+st.plotly_chart(charts.envelope_over_time(data["daily"], [c.day for c in changes], budget_tokens),
+                width="stretch", key="detail_envelope")  # fmt: skip
 for change in changes:
     with st.container(border=True):
         st.markdown(f"**Schema changed on {change.day}**: fingerprint `{change.before}` → `{change.after}`")
@@ -87,7 +102,8 @@ else:
             "raw tokens": largest["raw_tokens"].map(human_tokens),
             "raw bytes": largest["raw_bytes"].map(human_bytes),
             "truncated": largest["truncated"].map(lambda v: "yes" if v else ""),
-            "over budget": largest["over_budget"].map(lambda v: "yes" if v else ""),
+            "raw over budget": largest["over_budget"].map(lambda v: "yes" if v else ""),
+            "view over budget": largest["view_over_budget"].map(lambda v: "yes" if v else ""),
             "status": largest["status"],
         }
     )

@@ -10,7 +10,7 @@ import streamlit as st
 from collector.query.ranking import Filters
 from dashboard import charts, queries
 from dashboard.connection import run_query
-from dashboard.format import human_bytes, human_tokens, percent
+from dashboard.format import human_tokens, percent
 from dashboard.state import CACHE_TTL_S
 
 DB: str = st.session_state["db"]
@@ -36,7 +36,8 @@ table, kpi = _load(DB, filters, by)
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("tool calls", f"{kpi['calls']:,}")
 c2.metric("window cost", f"{human_tokens(kpi['window_cost_tokens'])} tokens")
-c3.metric("top tool's share of window cost", percent(kpi["top_tool_share"]))
+c3.metric(f"{kpi['top_tool']}'s share of window cost" if kpi["top_tool"] else "top tool's share of window cost",
+          percent(kpi["top_tool_share"]), help="the tool with the largest window cost")  # fmt: skip
 c4.metric("truncated results", f"{kpi['truncated']:,}")
 if kpi["dropped"] or kpi["failed"]:
     st.warning(
@@ -48,23 +49,44 @@ if table.empty:
     st.info("No tool calls match the filters.")
     st.stop()
 
-st.plotly_chart(charts.ranking_bar(table, by), width="stretch")
+st.plotly_chart(charts.ranking_bar(table, by), width="stretch", key="ranking_bar")
 
+# numbers stay numbers (so the columns sort as numbers); only their display is formatted
 shown = pd.DataFrame(
     {
         "tool": table["tool"],
         "calls": table["calls"],
-        "view p50": table["view_tokens_p50"].map(human_tokens),
-        "view p95": table["view_tokens_p95"].map(human_tokens),
-        "view p99": table["view_tokens_p99"].map(human_tokens),
-        "view max": table["view_tokens_max"].map(human_tokens),
-        "raw p99": table["raw_tokens_p99"].map(human_tokens),
-        "raw max": table["raw_tokens_max"].map(human_tokens),
-        "bytes p99": table["raw_bytes_p99"].map(human_bytes),
-        "budget": table["budget_tokens"].map(human_tokens),
-        "truncated": table["truncated_rate"].map(percent),
-        "over budget": table["over_budget_rate"].map(percent),
-        "window cost": table["window_cost_tokens"].map(human_tokens),
+        "view p50": table["view_tokens_p50"],
+        "view p95": table["view_tokens_p95"],
+        "view p99": table["view_tokens_p99"],
+        "view max": table["view_tokens_max"],
+        "raw p99": table["raw_tokens_p99"],
+        "raw max": table["raw_tokens_max"],
+        "bytes p99": table["raw_bytes_p99"],
+        "budget": table["budget_tokens"],
+        "truncated": table["truncated_rate"],
+        "raw over budget": table["raw_over_budget_rate"],
+        "view over budget": table["view_over_budget_rate"],
+        "window cost": table["window_cost_tokens"],
     }
 )
-st.dataframe(shown, hide_index=True, width="stretch")
+TOKENS = st.column_config.NumberColumn(format="compact", help="tokens")
+st.dataframe(
+    shown,
+    hide_index=True,
+    width="stretch",
+    height=38 * (len(shown) + 1) + 3,  # every row, no inner scroll
+    column_config={
+        "calls": st.column_config.NumberColumn(format="localized"),
+        **{c: TOKENS for c in ("view p50", "view p95", "view p99", "view max", "raw p99", "raw max", "budget",
+                               "window cost")},
+        "bytes p99": st.column_config.NumberColumn(format="bytes"),
+        "truncated": st.column_config.NumberColumn(format="percent", help="share of calls whose view was cut"),
+        "raw over budget": st.column_config.NumberColumn(
+            format="percent", help="share of calls whose raw result was over the tool's budget (the tool produced more)"
+        ),
+        "view over budget": st.column_config.NumberColumn(
+            format="percent", help="share of calls whose view was still over the budget: the budget did not hold"
+        ),
+    },
+)  # fmt: skip

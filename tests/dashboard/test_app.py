@@ -25,7 +25,8 @@ def run_app(mp: pytest.MonkeyPatch, db: str, page: str | None = None, **query: s
 def test_window_eaters_ranks_the_sample_tools(monkeypatch: pytest.MonkeyPatch, sample_store: str) -> None:
     at = run_app(monkeypatch, sample_store)
     assert at.title[0].value == "Window eaters"
-    assert {m.label for m in at.metric} >= {"tool calls", "window cost", "truncated results"}
+    assert {m.label for m in at.metric} >= {"tool calls", "window cost", "truncated results",
+                                            "search_orders's share of window cost"}  # fmt: skip
     table = at.dataframe[0].value
     assert table["tool"].iloc[0] == "search_orders"
     assert {"fetch_pod_logs", "list_github_issues", "get_customer_orders"} <= set(table["tool"])
@@ -92,3 +93,70 @@ def test_empty_store_says_how_to_send_traces(monkeypatch: pytest.MonkeyPatch, tm
     Store(db).ensure_schema()
     at = run_app(monkeypatch, db)
     assert any("ToolResultProcessor" in i.value for i in at.info)
+
+
+def test_a_duckdb_file_that_is_not_a_toolmeter_store_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import duckdb
+
+    db = str(tmp_path / "someone_elses.duckdb")
+    con = duckdb.connect(db)
+    con.execute("CREATE TABLE orders (id INTEGER)")
+    con.close()
+    at = run_app(monkeypatch, db)  # no exception: a message instead
+    assert any("is not a toolmeter store" in e.value and "tool_calls" in e.value for e in at.error)
+
+
+def test_tool_detail_with_no_matching_call_says_so_instead_of_failing(
+    monkeypatch: pytest.MonkeyPatch, sample_store: str
+) -> None:
+    import duckdb
+
+    con = duckdb.connect(sample_store, read_only=True)
+    service, tool = con.execute(
+        """SELECT s.service_name, t.tool_name FROM (SELECT DISTINCT service_name FROM tool_calls) s,
+                  (SELECT DISTINCT tool_name FROM tool_calls) t
+           WHERE NOT EXISTS (SELECT 1 FROM tool_calls c WHERE c.service_name = s.service_name
+                             AND c.tool_name = t.tool_name) LIMIT 1"""
+    ).fetchone()  # type: ignore[misc]
+    con.close()
+    at = run_app(monkeypatch, sample_store)
+    at.multiselect(key="f_services").set_value([service]).run()
+    at.switch_page("app_pages/tool_detail.py").run()
+    at.selectbox(key="detail_tool").set_value(tool).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(f"No call of `{tool}` matches the filters" in i.value for i in at.info)
+
+
+def test_tool_detail_names_the_budget_the_tool_declared(monkeypatch: pytest.MonkeyPatch, sample_store: str) -> None:
+    import duckdb
+
+    con = duckdb.connect(sample_store, read_only=True)
+    tool, budget = con.execute(
+        "SELECT tool_name, max(budget_tokens) FROM tool_calls WHERE budget_tokens IS NOT NULL GROUP BY 1 LIMIT 1"
+    ).fetchone()  # type: ignore[misc]
+    con.close()
+    at = run_app(monkeypatch, sample_store, "app_pages/tool_detail.py", tool=tool)
+    from dashboard.format import human_tokens
+
+    assert {m.label: m.value for m in at.metric}["budget"] == f"{human_tokens(budget)} tokens"
+
+
+def test_the_ranking_table_keeps_numbers_numeric_so_it_sorts_as_numbers(
+    monkeypatch: pytest.MonkeyPatch, sample_store: str
+) -> None:
+    at = run_app(monkeypatch, sample_store)
+    table = at.dataframe[0].value
+    for column in ("calls", "view p99", "raw p99", "bytes p99", "truncated", "window cost"):
+        assert table[column].dtype.kind in "iuf", column
+    ordered = table.sort_values("view p99", ascending=False)["view p99"].tolist()
+    assert ordered == sorted(table["view p99"].tolist(), reverse=True)
+
+
+def test_both_budget_rates_are_shown_raw_and_view(monkeypatch: pytest.MonkeyPatch, sample_store: str) -> None:
+    # fetch_pod_logs' raw results are all over its budget, and its adapter keeps every view under
+    # it: "over budget" alone would read as a budget that never holds
+    at = run_app(monkeypatch, sample_store)
+    table = at.dataframe[0].value.set_index("tool")
+    assert table.loc["fetch_pod_logs", "raw over budget"] == 1.0
+    assert table.loc["fetch_pod_logs", "view over budget"] == 0.0
+    assert table.loc["search_orders", "view over budget"] > 0  # its budget stopped holding after the schema change

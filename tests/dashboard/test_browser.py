@@ -118,10 +118,55 @@ def test_replay_in_a_browser(page, dashboard_url: str, sample_store: str) -> Non
     page.goto(f"{dashboard_url}/replay?trace={trace_id}&span={span_id}")
     _settle(page, "Trace replay", charts=1)
     assert "Truncated" in page.inner_text('[data-testid="stAlert"]')
+    page.locator(".tm-excerpt mark").first.wait_for(timeout=60_000)  # st.html may draw after the charts
     marks = page.locator(".tm-excerpt mark")
     assert marks.count() >= 2
     assert any("refund_pending" in t for t in marks.all_inner_texts())
     page.screenshot(path=str(SHOTS / "replay.png"), full_page=True)
+
+
+def test_replay_folds_a_long_retained_range_as_retained(page, dashboard_url: str, sample_store: str) -> None:  # type: ignore[no-untyped-def]
+    import duckdb
+
+    con = duckdb.connect(sample_store, read_only=True)
+    trace_id, span_id, start, end = con.execute(
+        """SELECT trace_id, span_id, r[1], r[2] FROM tool_calls, unnest(retained_ranges) AS u(r)
+           WHERE truncated AND r[2] - r[1] > 10000 ORDER BY r[2] - r[1] DESC LIMIT 1"""
+    ).fetchone()  # type: ignore[misc]
+    con.close()
+    page.goto(f"{dashboard_url}/replay?trace={trace_id}&span={span_id}")
+    _settle(page, "Trace replay", charts=1)
+    page.locator(".tm-excerpt .tm-fold").first.wait_for(timeout=60_000)
+    folds = page.locator(".tm-excerpt .tm-fold").all_inner_texts()
+    assert any(f"{end - start - 3000:,} retained bytes not shown here" in f for f in folds), folds
+    gaps = page.locator(".tm-excerpt .tm-gap").all_inner_texts()
+    assert not any(f"{end - start - 3000:,} bytes not retained" in g for g in gaps)
+    page.screenshot(path=str(SHOTS / "replay_long_range.png"), full_page=True)
+
+
+def test_replay_shows_the_end_of_a_long_view(page, dashboard_url: str, sample_store: str) -> None:  # type: ignore[no-untyped-def]
+    import duckdb
+
+    from collector.store.payloads import load_payload
+    from dashboard.excerpt import stored_text
+
+    con = duckdb.connect(sample_store, read_only=True)
+    trace_id, span_id = con.execute(
+        """SELECT trace_id, span_id FROM payloads WHERE kind = 'view' AND NOT cut ORDER BY total_bytes DESC LIMIT 1"""
+    ).fetchone()  # type: ignore[misc]
+    view = load_payload(con, sample_store, trace_id, span_id, "view")
+    con.close()
+    assert view is not None and view.total_bytes > 100_000
+    last_line = stored_text(view).rstrip().splitlines()[-1][-60:]
+    page.goto(f"{dashboard_url}/replay?trace={trace_id}&span={span_id}")
+    _settle(page, "Trace replay", charts=1)
+    boxes = page.locator('[data-testid="stCode"]')
+    page.get_by_text("more characters").first.wait_for(timeout=60_000)
+    text = boxes.last.inner_text()
+    assert "more characters" in text and last_line in text  # the end, where truncation notes live, is shown
+    box = boxes.last.bounding_box()
+    assert box is not None and box["height"] <= 650  # a scroll box beside the raw, not a page-long column
+    page.screenshot(path=str(SHOTS / "replay_long_view.png"), full_page=True)
 
 
 def test_alerts_in_a_browser(page, dashboard_url: str) -> None:  # type: ignore[no-untyped-def]

@@ -158,3 +158,71 @@ def test_alert_queries(con: duckdb.DuckDBPyConnection) -> None:
     assert calls == {"before": alert["evidence"]["before"]["calls"], "after": alert["evidence"]["after"]["calls"]}
     fig = charts.before_after(hist)
     assert [t.name for t in fig.data] == ["before", "after"] and fig.layout.xaxis.type == "log"
+
+
+def _covers_once(pieces: list, total: int) -> None:  # type: ignore[type-arg]
+    cursor = 0
+    for piece in pieces:
+        assert piece.start == cursor and piece.end > piece.start, (piece.kind, piece.start, piece.end, cursor)
+        cursor = piece.end
+    assert cursor == total
+
+
+def test_a_long_retained_range_is_folded_as_retained_never_labelled_not_retained() -> None:
+    raw = b"".join(b"order %06d shipped\n" % i for i in range(12_000))  # ~230 KB
+    p = Payload(total_bytes=len(raw), cut=False, head=raw, tail=b"", sha256=None)
+    pieces = excerpt(p, [[0, 134_556]])
+    _covers_once(pieces, len(raw))
+    inside = [x for x in pieces if x.end <= 134_556]
+    assert {x.kind for x in inside} == {"retained", "retained_fold"}
+    fold = next(x for x in pieces if x.kind == "retained_fold")
+    assert "131,556 retained bytes not shown here" in to_html(pieces) and fold.end - fold.start == 131_556
+    assert "not retained" in to_html([x for x in pieces if x.start >= 134_556])  # after the range: a real gap
+
+
+def test_every_retained_byte_is_marked_on_a_rewrite_with_many_nearby_ranges() -> None:
+    import random
+
+    raw = b"".join(b'{"id": %d, "status": "ok", "note": "%s"}\n' % (i, b"x" * (i % 37)) for i in range(3000))
+    p = Payload(total_bytes=len(raw), cut=False, head=raw, tail=b"", sha256=None)
+    rng = random.Random(7)
+    for _ in range(200):
+        ranges = sorted([sorted(rng.sample(range(len(raw)), 2)) for _ in range(rng.randint(1, 9))])
+        pieces = excerpt(p, ranges)
+        _covers_once(pieces, len(raw))
+        retained = set()
+        for s, e in ranges:
+            retained.update(range(s, e))
+        marked = {b for x in pieces if x.kind in ("retained", "retained_fold") for b in range(x.start, x.end)}
+        assert marked == retained  # byte for byte: no retained byte grey, no grey byte marked
+        for x in pieces:
+            if x.kind in ("retained", "context"):
+                assert x.text == raw[x.start : x.end].decode()
+
+
+def test_an_uncut_raw_without_ranges_is_previewed_not_called_not_retained() -> None:
+    raw = b"a" * 10_000
+    p = Payload(total_bytes=len(raw), cut=False, head=raw, tail=b"", sha256=None)
+    html_text = to_html(excerpt(p, None))
+    assert "7,000 more bytes not shown here" in html_text and "not retained" not in html_text
+
+
+def test_a_long_view_keeps_its_end_and_counts_what_is_between() -> None:
+    from dashboard.excerpt import preview
+
+    rows = "".join(f'{{"row": {i}}}\n' for i in range(200_000))
+    text = rows + "[truncated: 190,000 more rows; call again with offset=10000]"
+    shown = preview(text)
+    assert shown.endswith("[truncated: 190,000 more rows; call again with offset=10000]")
+    assert shown.startswith('{"row": 0}\n')
+    hidden = int(shown.split("··· ")[1].split(" more characters")[0].replace(",", ""))
+    head, tail = shown.split("\n··· ")[0], shown.split("···\n\n")[1]
+    assert len(head) + hidden + len(tail) == len(text)  # nothing lost between head and tail
+    assert preview("short view") == "short view"
+
+
+def test_the_whole_stored_raw_says_where_head_and_tail_join() -> None:
+    from dashboard.excerpt import stored_text
+
+    p = Payload(total_bytes=10_000, cut=True, head=b"a" * 100, tail=b"z" * 100, sha256="x")
+    assert "··· 9,800 bytes not stored (over the payload cap) ···" in stored_text(p)
