@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboard.format import human_tokens
+from dashboard.format import human_bytes, human_tokens
 
 METRIC_LABELS = {
     "view": ("view_tokens_p99", "p99 tokens shown to the model"),
@@ -28,8 +28,12 @@ def ranking_bar(table: pd.DataFrame, by: str = "view") -> go.Figure:
         y=data["tool"],
         orientation="h",
         name=label,
-        text=[human_tokens(v) for v in data[column]],
+        text=[
+            (human_bytes if by == "bytes" else human_tokens)(v) + ("" if by == "bytes" else " tokens")
+            for v in data[column]
+        ],
         textposition="outside",
+        cliponaxis=False,
         marker_color="#d62728",
     )
     if by in ("view", "raw") and "budget_tokens" in data and data["budget_tokens"].notna().any():
@@ -38,15 +42,17 @@ def ranking_bar(table: pd.DataFrame, by: str = "view") -> go.Figure:
             x=has["budget_tokens"],
             y=has["tool"],
             mode="markers",
-            name="budget",
+            name="the tool's budget (tokens)",
             marker={"symbol": "line-ns-open", "size": 22, "line": {"width": 3}, "color": "#1f77b4"},
+            hovertemplate="%{y}: budget %{x:,.0f} tokens<extra></extra>",
         )
     fig.update_layout(
         xaxis_title=label,
         yaxis_title=None,
         height=120 + 40 * len(data),
-        margin={"l": 10, "r": 40, "t": 30, "b": 40},
+        margin={"l": 10, "r": 90, "t": 30, "b": 40},  # room for the value labels outside the bars
         legend={"orientation": "h", "y": 1.08},
+        showlegend=True,
     )
     return fig
 
@@ -60,18 +66,20 @@ def size_histogram(hist: pd.DataFrame, pcts: dict[str, float | None], label: str
     centers = (hist["lo"] * hist["hi"]) ** 0.5
     fig.add_bar(x=centers, y=hist["calls"], width=(hist["hi"] - hist["lo"]) * 0.95, name="calls",
                 marker_color="#7f7f7f", hovertemplate="%{x:.0f}: %{y} calls<extra></extra>")  # fmt: skip
-    marks = [("p50", "#2ca02c"), ("p95", "#ff7f0e"), ("p99", "#d62728")]
-    for key, color in marks:
-        value = pcts.get(key)
+    # vertical lines as named traces, not add_vline annotations: on a log axis an annotation
+    # needs log10 of its value and lands off the chart otherwise; a legend entry always shows
+    top = float(hist["calls"].max())
+    lines = [("p50", pcts.get("p50"), "#2ca02c", "dot"), ("p95", pcts.get("p95"), "#ff7f0e", "dot"),
+             ("p99", pcts.get("p99"), "#d62728", "dot"), ("budget", budget, "#1f77b4", "solid")]  # fmt: skip
+    for key, value, color, dash in lines:
         if value:
-            fig.add_vline(x=value, line_color=color, line_dash="dot",
-                          annotation_text=f"{key} {human_tokens(value)}", annotation_position="top")  # fmt: skip
-    if budget:
-        fig.add_vline(x=budget, line_color="#1f77b4", line_width=3,
-                      annotation_text=f"budget {human_tokens(budget)}", annotation_position="bottom right")  # fmt: skip
+            fig.add_scatter(x=[value, value], y=[0, top * 1.05], mode="lines", name=f"{key} {human_tokens(value)}",
+                            line={"color": color, "dash": dash, "width": 3 if key == "budget" else 2},
+                            hovertemplate=f"{key}: %{{x:,.0f}}<extra></extra>")  # fmt: skip
     fig.update_xaxes(type="log", title=label)
     fig.update_yaxes(title="calls")
-    fig.update_layout(height=380, margin={"l": 10, "r": 10, "t": 60, "b": 40}, showlegend=False)
+    fig.update_layout(height=380, margin={"l": 10, "r": 10, "t": 60, "b": 40}, showlegend=True,
+                      legend={"orientation": "h", "y": 1.15})  # fmt: skip
     return fig
 
 
@@ -85,8 +93,9 @@ def envelope_over_time(daily: pd.DataFrame, change_days: list[object], budget: f
     fig.add_scatter(x=daily["day"], y=daily["view_p50"], mode="lines", name="view p50", line_color="#2ca02c")
     fig.add_scatter(x=daily["day"], y=daily["raw_p99"], mode="lines", name="raw p99", line_dash="dot",
                     line_color="#9467bd")  # fmt: skip
-    if budget:
-        fig.add_hline(y=budget, line_color="#1f77b4", annotation_text="budget")
+    if budget:  # a trace, not add_hline: its annotation would land off a log axis
+        fig.add_scatter(x=[daily["day"].min(), daily["day"].max()], y=[budget, budget], mode="lines",
+                        name=f"budget {human_tokens(budget)}", line={"color": "#1f77b4", "width": 3})  # fmt: skip
     for day in change_days:
         fig.add_vline(x=pd.Timestamp(day).timestamp() * 1000, line_color="#000", line_dash="dash",
                       annotation_text="schema changed", annotation_position="top left")  # fmt: skip
@@ -118,11 +127,15 @@ def context_occupancy(occ: pd.DataFrame) -> go.Figure:
 def before_after(hist: pd.DataFrame) -> go.Figure:
     """Overlaid histograms of view tokens before and after a change (log x)."""
     fig = go.Figure()
+    # outlined steps, one per side: bars on a log axis are hairlines and hide each other
     for side, color in (("before", "#1f77b4"), ("after", "#d62728")):
         part = hist[hist["side"] == side] if not hist.empty else hist
         if not part.empty:
-            fig.add_bar(x=part["lo"], y=part["calls"], name=side, marker_color=color, opacity=0.6)
-    fig.update_xaxes(type="log", title="tokens shown to the model")
-    fig.update_layout(barmode="overlay", height=300, margin={"l": 10, "r": 10, "t": 30, "b": 40},
+            x = [*part["lo"], float(part["lo"].iloc[-1]) * 10**0.1]
+            y = [*part["calls"], float(part["calls"].iloc[-1])]
+            fig.add_scatter(x=x, y=y, name=side, mode="lines", line={"shape": "hv", "color": color, "width": 2},
+                            fill="tozeroy", opacity=0.5)  # fmt: skip
+    fig.update_xaxes(type="log", title="tokens shown to the model (log)")
+    fig.update_layout(height=300, margin={"l": 10, "r": 10, "t": 30, "b": 40},
                       yaxis_title="calls", legend={"orientation": "h", "y": 1.15})  # fmt: skip
     return fig

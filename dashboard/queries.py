@@ -301,10 +301,11 @@ def context_occupancy(con: duckdb.DuckDBPyConnection, trace_id: str) -> pd.DataF
 
 
 def alerts(
-    con: duckdb.DuckDBPyConnection, states: tuple[str, ...] = ("open", "acknowledged")
+    con: duckdb.DuckDBPyConnection, states: tuple[str, ...] = ("open", "acknowledged"), filters: Filters | None = None
 ) -> list[dict[str, Any]] | None:
     """Alerts in the given states, newest change first, evidence decoded; None when the
-    store predates alerts."""
+    store predates alerts. ``filters`` keeps the alerts of its tools whose change falls in
+    its time range (alerts are per tool, across services: the service filter does not apply)."""
     exists = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'alerts'").fetchone()
     if not exists or not exists[0]:
         return None
@@ -313,6 +314,10 @@ def alerts(
         [list(states)],
     )
     rows = rows_as_dicts(cur)
+    if filters is not None:
+        rows = [r for r in rows if (not filters.tools or r["tool_name"] in filters.tools)
+                and (filters.since is None or r["change_at"] >= filters.since)
+                and (filters.until is None or r["change_at"] < filters.until)]  # fmt: skip
     for row in rows:
         if isinstance(row.get("evidence"), str):
             row["evidence"] = json.loads(row["evidence"])

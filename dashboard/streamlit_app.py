@@ -11,6 +11,7 @@ from datetime import datetime, time, timedelta
 
 import duckdb
 import streamlit as st
+from PIL import Image, ImageDraw
 
 from collector.errors import StoreError
 from collector.query.coverage import check_store
@@ -20,7 +21,19 @@ from dashboard import queries
 from dashboard.connection import db_path, run_query
 from dashboard.state import CACHE_TTL_S
 
-st.set_page_config(page_title="toolmeter", page_icon=":material/straighten:", layout="wide")
+
+def _icon() -> Image.Image:
+    """The favicon, drawn here: an emoji or icon name would be fetched from a CDN, and the
+    dashboard runs on hosts without internet access."""
+    icon = Image.new("RGBA", (32, 32), (0, 0, 0, 0))
+    draw = ImageDraw.Draw(icon)
+    draw.rounded_rectangle((1, 9, 30, 22), radius=3, fill=(214, 39, 40, 255))
+    for x in range(5, 28, 5):  # the ticks of a ruler
+        draw.line((x, 9, x, 14 if x % 10 else 17), fill=(255, 255, 255, 255), width=2)
+    return icon
+
+
+st.set_page_config(page_title="toolmeter", page_icon=_icon(), layout="wide")
 
 DB = db_path(sys.argv[1:])
 st.session_state["db"] = DB

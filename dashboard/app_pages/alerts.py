@@ -7,6 +7,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from collector.query.ranking import Filters
 from collector.store.lake import redact
 from dashboard import charts, queries
 from dashboard.connection import run_query
@@ -14,20 +15,30 @@ from dashboard.format import human_tokens, percent
 from dashboard.state import CACHE_TTL_S
 
 DB: str = st.session_state["db"]
+filters: Filters = st.session_state["filters"]
 METRIC_ROWS = [("view_tokens_p50", "view tokens p50"), ("view_tokens_p95", "view tokens p95"),
                ("view_tokens_p99", "view tokens p99"), ("raw_tokens_p99", "raw tokens p99"),
-               ("truncated_rate", "truncation rate"), ("over_budget_rate", "over-budget rate"),
+               ("truncated_rate", "truncation rate"), ("over_budget_rate", "raw over-budget rate"),
                ("window_cost_per_call", "window cost per call")]  # fmt: skip
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
-def _alerts(path: str, states: tuple[str, ...]) -> list[dict[str, Any]] | None:
-    return run_query(path, lambda con: queries.alerts(con, states))
+def _alerts(path: str, states: tuple[str, ...], f: Filters) -> list[dict[str, Any]] | None:
+    return run_query(path, lambda con: queries.alerts(con, states, f))
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
 def _hist(path: str, tool: str, evidence_key: str, evidence: dict[str, Any]) -> pd.DataFrame:
     return run_query(path, lambda con: queries.before_after_histogram(con, tool, evidence))
+
+
+def _window(side: dict[str, Any]) -> str:
+    """The window's first and last day and its calls (its stored end is exclusive)."""
+    start, end = str(side.get("start") or "")[:10], str(side.get("end") or "")[:10]
+    if start and end:
+        last = (pd.Timestamp(end) - pd.Timedelta(days=1)).strftime("%Y-%m-%d")
+        return f"{start} – {last}, {side.get('calls', 0)} calls"
+    return f"{side.get('calls', 0)} calls"
 
 
 def _fmt(metric: str, value: Any) -> str:
@@ -38,7 +49,7 @@ st.title("Alerts")
 show = st.multiselect(
     "state", ["open", "acknowledged", "resolved"], default=["open", "acknowledged"], key="alert_states"
 )
-rows = _alerts(DB, tuple(show))
+rows = _alerts(DB, tuple(show), filters)
 if rows is None:
     st.info(
         "This store has no alerts table yet: run `toolmeter alerts --evaluate --db " + redact(DB) + "` or "
@@ -52,7 +63,10 @@ if not rows:
     )
     st.stop()
 
-st.caption(f"{len(rows)} alert(s). Acknowledge or resolve with `toolmeter alerts --ack ID` / `--resolve ID`.")
+st.caption(
+    f"{len(rows)} alert(s) for the sidebar's tools and time range (alerts are per tool, across services). "
+    "Acknowledge or resolve with `toolmeter alerts --ack ID` / `--resolve ID`."
+)
 for alert in rows:
     ev = alert["evidence"] or {}
     label = "schema change" if alert["kind"] == "schema_change" else "growth without a schema change"
@@ -67,8 +81,8 @@ for alert in rows:
         table = pd.DataFrame(
             {
                 "metric": [label_ for _, label_ in METRIC_ROWS],
-                f"before ({before.get('calls', 0)} calls)": [_fmt(m, before.get(m)) for m, _ in METRIC_ROWS],
-                f"after ({after.get('calls', 0)} calls)": [_fmt(m, after.get(m)) for m, _ in METRIC_ROWS],
+                f"before: {_window(before)}": [_fmt(m, before.get(m)) for m, _ in METRIC_ROWS],
+                f"after: {_window(after)}": [_fmt(m, after.get(m)) for m, _ in METRIC_ROWS],
             }
         )
         left, right = st.columns([2, 3])

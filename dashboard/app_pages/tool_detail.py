@@ -59,8 +59,8 @@ c2.metric("p50", fmt(pcts["p50"]))
 c3.metric("p95", fmt(pcts["p95"]))
 c4.metric("p99", fmt(pcts["p99"]))
 c5.metric(
-    "budget",
-    f"{human_tokens(budget_tokens)} tokens" if budget_tokens is not None else "not declared",
+    "budget (tokens)",
+    human_tokens(budget_tokens) if budget_tokens is not None else "not declared",
     help="the largest budget_tokens the tool declared"
     + ("" if pcts["budget_tokens"] is not None or budget_tokens is None else " (on calls outside the filters)"),
 )

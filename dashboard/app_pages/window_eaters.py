@@ -23,7 +23,9 @@ BY_LABELS = {"view": "p99 view tokens", "raw": "p99 raw tokens", "bytes": "p99 b
 def _load(path: str, f: Filters, by: str) -> tuple[pd.DataFrame, dict[str, Any]]:
     def q(con: Any) -> tuple[pd.DataFrame, dict[str, Any]]:
         table = queries.tool_ranking(con, f, by)
-        return table, queries.kpis(con, table)
+        kpi = queries.kpis(con, table)
+        kpi["open_alerts"] = [a["summary"] for a in queries.alerts(con, ("open",), f) or []]
+        return table, kpi
 
     return run_query(path, q)
 
@@ -45,6 +47,12 @@ if kpi["dropped"] or kpi["failed"]:
         "these calls are missing from the figures below."
     )
 
+if kpi["open_alerts"]:
+    st.warning(
+        f"**{len(kpi['open_alerts'])} open alert(s)**: " + "; ".join(kpi["open_alerts"][:3])
+        + (" …" if len(kpi["open_alerts"]) > 3 else "") + ". See the Alerts page.",
+        icon=":material/notifications:",
+    )  # fmt: skip
 if table.empty:
     st.info("No tool calls match the filters.")
     st.stop()

@@ -49,7 +49,7 @@ def test_tool_detail_marks_the_schema_change(monkeypatch: pytest.MonkeyPatch, sa
     assert at.selectbox(key="detail_tool").value == "search_orders"
     text = " ".join(m.value for m in at.markdown)
     assert "Schema changed on 2026-11-16" in text and "raw_payload" in text
-    assert {m.label for m in at.metric} >= {"p50", "p95", "p99", "budget"}
+    assert {m.label for m in at.metric} >= {"p50", "p95", "p99", "budget (tokens)"}
 
 
 def test_replay_shows_the_refund_row_as_a_retained_range(monkeypatch: pytest.MonkeyPatch, sample_store: str) -> None:
@@ -138,7 +138,7 @@ def test_tool_detail_names_the_budget_the_tool_declared(monkeypatch: pytest.Monk
     at = run_app(monkeypatch, sample_store, "app_pages/tool_detail.py", tool=tool)
     from dashboard.format import human_tokens
 
-    assert {m.label: m.value for m in at.metric}["budget"] == f"{human_tokens(budget)} tokens"
+    assert {m.label: m.value for m in at.metric}["budget (tokens)"] == human_tokens(budget)
 
 
 def test_the_ranking_table_keeps_numbers_numeric_so_it_sorts_as_numbers(
@@ -160,3 +160,20 @@ def test_both_budget_rates_are_shown_raw_and_view(monkeypatch: pytest.MonkeyPatc
     assert table.loc["fetch_pod_logs", "raw over budget"] == 1.0
     assert table.loc["fetch_pod_logs", "view over budget"] == 0.0
     assert table.loc["search_orders", "view over budget"] > 0  # its budget stopped holding after the schema change
+
+
+def test_alerts_show_both_windows_dates_and_follow_the_sidebar(
+    monkeypatch: pytest.MonkeyPatch, sample_store: str
+) -> None:
+    at = run_app(monkeypatch, sample_store, "app_pages/alerts.py")
+    columns = list(at.dataframe[0].value.columns)
+    assert columns[1].startswith("before: 2026-11-") and " – 2026-11-" in columns[1] and "calls" in columns[1]
+    assert columns[2].startswith("after: 2026-11-16 – ")
+    assert "00:00:00" not in " ".join(columns)
+    at.multiselect(key="f_tools").set_value(["fetch_webpage"]).run()
+    assert not at.exception and "No alerts" in at.success[0].value  # the tool filter applies here too
+
+
+def test_the_home_page_mentions_open_alerts(monkeypatch: pytest.MonkeyPatch, sample_store: str) -> None:
+    at = run_app(monkeypatch, sample_store)
+    assert any("open alert" in w.value and "search_orders" in w.value for w in at.warning)

@@ -98,12 +98,31 @@ def test_window_eaters_in_a_browser(page, dashboard_url: str) -> None:  # type: 
     page.screenshot(path=str(SHOTS / "window_eaters.png"), full_page=True)
 
 
+def test_the_dashboard_asks_nothing_of_the_internet(page, dashboard_url: str) -> None:  # type: ignore[no-untyped-def]
+    from urllib.parse import urlparse
+
+    hosts: set[str] = set()
+    page.on("request", lambda request: hosts.add(urlparse(request.url).hostname or request.url.split(":")[0]))
+    page.goto(f"{dashboard_url}/")
+    _settle(page, "Window eaters", charts=1)
+    page.wait_for_load_state("networkidle")
+    assert hosts - {"127.0.0.1", "data", "blob"} == set()  # favicon included: the hosts have no internet
+    assert (
+        page.locator('link[rel*="icon"]')
+        .first.get_attribute("href", timeout=10_000)
+        .startswith(("data:", "/", "./", "http://127.0.0.1"))
+    )
+
+
 def test_tool_detail_in_a_browser(page, dashboard_url: str) -> None:  # type: ignore[no-untyped-def]
     page.goto(f"{dashboard_url}/tool?tool=search_orders")
     _settle(page, "Tool detail", charts=2)
     body = page.inner_text("body")
     assert "Schema changed on 2026-11-16" in body and "raw_payload" in body
     assert "schema changed" in page.locator('[data-testid="stPlotlyChart"]').nth(1).inner_text()
+    for n, expected in ((0, ("p50", "p95", "p99", "budget")), (1, ("view p99", "view p50", "raw p99", "budget"))):
+        legend = page.locator('[data-testid="stPlotlyChart"]').nth(n).locator(".legendtext").all_text_contents()
+        assert all(any(text.startswith(e) for text in legend) for e in expected), legend  # each line is named
     page.screenshot(path=str(SHOTS / "tool_detail.png"), full_page=True)
 
 

@@ -93,17 +93,22 @@ def test_charts_build_figures(con: duckdb.DuckDBPyConnection) -> None:
     table = queries.tool_ranking(con, Filters(), "view")
     fig = charts.ranking_bar(table, "view")
     assert fig.data[0].y[-1] == table["tool"].iloc[0]  # largest drawn on top
-    assert any(t.name == "budget" for t in fig.data)
+    assert any(t.name == "the tool's budget (tokens)" for t in fig.data)
+    assert fig.data[0].text[-1].endswith(" tokens")  # the value labels carry their unit
+    assert charts.ranking_bar(queries.tool_ranking(con, Filters(), "bytes"), "bytes").data[0].text[-1].endswith("B")
     pcts = queries.size_percentiles(con, Filters(), "search_orders", "view_tokens")
     hist = charts.size_histogram(
         queries.size_histogram(con, Filters(), "search_orders", "view_tokens"), pcts, "t", 25_000
     )
     assert hist.layout.xaxis.type == "log"
-    texts = [a.text for a in hist.layout.annotations]
-    assert any(t.startswith("p99") for t in texts) and any(t.startswith("budget") for t in texts)
+    # every line is a named trace in the legend (annotations would land off a log axis)
+    names = [d.name for d in hist.data if d.type == "scatter"]
+    assert [n.split()[0] for n in names] == ["p50", "p95", "p99", "budget"] and hist.layout.showlegend
+    assert names[-1] == "budget 25.0k"
     daily = queries.daily_envelope(con, Filters(), "search_orders")
     env = charts.envelope_over_time(daily, ["2026-11-16"], 25_000)
     assert any(a.text == "schema changed" for a in env.layout.annotations)
+    assert {d.name for d in env.data} >= {"view p99", "view p50", "raw p99", "budget 25.0k"}
     trace_id = str(queries.find_traces(con, Filters(), "largest").iloc[0]["trace_id"])
     occ = charts.context_occupancy(queries.context_occupancy(con, trace_id))
     assert occ.layout.barmode == "stack" and occ.data[-1].name == "everything else"
