@@ -247,11 +247,12 @@ def trace_steps(con: duckdb.DuckDBPyConnection, trace_id: str) -> pd.DataFrame:
     sql = """
         SELECT 'llm' AS kind, span_id, start_ns, end_ns, start_time, model AS name, input_tokens, output_tokens,
                NULL::BIGINT AS view_tokens, NULL::BIGINT AS raw_tokens, NULL::BIGINT AS raw_bytes,
-               NULL::BIGINT AS view_bytes, NULL::BOOLEAN AS truncated, NULL AS status
+               NULL::BIGINT AS view_bytes, NULL::BOOLEAN AS truncated, NULL AS status,
+               NULL::BOOLEAN AS view_over_budget
         FROM llm_calls WHERE trace_id = ?
         UNION ALL
         SELECT 'tool', span_id, start_ns, end_ns, start_time, tool_name, NULL, NULL,
-               view_tokens, raw_tokens, raw_bytes, view_bytes, truncated, status
+               view_tokens, raw_tokens, raw_bytes, view_bytes, truncated, status, view_over_budget
         FROM tool_calls WHERE trace_id = ?
         ORDER BY start_ns, kind
     """

@@ -26,6 +26,11 @@ BOX_HEIGHT_PX = 600  # raw and view scroll in boxes of the same height, so they 
 ORDER_LABELS = {"largest": "largest result first", "truncated": "with truncated results", "newest": "newest first"}
 
 
+def _yes(value: Any) -> bool:
+    """True for a true boolean of a nullable column (``np.True_``), False for false and NA."""
+    return value is not None and value is not pd.NA and bool(value)
+
+
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
 def _traces(path: str, f: Filters, order: str, prefix: str, tool: str | None) -> pd.DataFrame:
     return run_query(path, lambda con: queries.find_traces(con, f, order, prefix, tool))
@@ -86,7 +91,7 @@ shown = pd.DataFrame(
         "input tokens": steps["input_tokens"].map(human_tokens),
         "view tokens": steps["view_tokens"].map(human_tokens),
         "raw tokens": steps["raw_tokens"].map(human_tokens),
-        "truncated": steps["truncated"].map(lambda v: "yes" if v is True else ""),
+        "truncated": steps["truncated"].map(lambda v: "yes" if _yes(v) else ""),
         "status": steps["status"].fillna(""),
     }
 )
@@ -96,19 +101,37 @@ if tool_steps.empty:
     st.info("This trace has no tool calls.")
     st.stop()
 spans = list(tool_steps["span_id"])
-default_i = spans.index(wanted_span) if wanted_span in spans else int(tool_steps["view_tokens"].fillna(-1).idxmax())
-i = st.select_slider(
-    "tool call",
-    options=list(range(len(spans))),
-    value=default_i,
-    format_func=lambda k: f"{k + 1}. {tool_steps.iloc[k]['name']} ({human_tokens(tool_steps.iloc[k]['view_tokens'])})",
-)
+# the step numbers of the table above, so "step 7" means the same row in both
+step_no = [int(n) + 1 for n in steps.index[steps["kind"] == "tool"]]
+
+
+def _default_call() -> int:
+    """The call the link or the order asked for: the linked span, else the first truncated call
+    when the order is "with truncated results", else the largest."""
+    if wanted_span in spans:
+        return spans.index(wanted_span)
+    if order == "truncated":
+        truncated = [k for k, v in enumerate(tool_steps["truncated"]) if _yes(v)]
+        if truncated:
+            return truncated[0]
+    return int(tool_steps["view_tokens"].fillna(-1).idxmax())
+
+
+def _call_label(k: int) -> str:
+    r = tool_steps.iloc[k]
+    marks = (" · truncated" if _yes(r["truncated"]) else "") + (
+        " · view over budget" if _yes(r["view_over_budget"]) else ""
+    )
+    return f"step {step_no[k]}: {r['name']} ({human_tokens(r['view_tokens'])} tokens{marks})"
+
+
+i = st.select_slider("tool call", options=list(range(len(spans))), value=_default_call(), format_func=_call_label)
 call, raw, view = _call(DB, trace_id, spans[i])
 if call is None:
     st.error("This tool call is no longer in the store.")
     st.stop()
 
-st.subheader(f"{call['tool_name']}  ·  step {i + 1} of {len(spans)} tool calls")
+st.subheader(f"{call['tool_name']}  ·  step {step_no[i]} of {len(steps)} (tool call {i + 1} of {len(spans)})")
 if call["truncated"]:
     ranges = call["retained_ranges"] or []
     source = call["truncation_source"] or "unknown"

@@ -37,7 +37,16 @@ st.title("Tool detail")
 if not tools:
     st.info("No tools match the filters.")
     st.stop()
-default = st.query_params.get("tool")
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
+def _top_eater(path: str, f: Filters) -> str | None:
+    """The tool the home page ranks first (p99 view tokens), to open on."""
+    table = run_query(path, lambda con: queries.tool_ranking(con, f, "view"))
+    return None if table.empty else str(table["tool"].iloc[0])
+
+
+default = st.query_params.get("tool") or _top_eater(DB, filters)
 index = tools.index(default) if default in tools else 0
 tool = st.selectbox("tool", tools, index=index, key="detail_tool")
 metric = st.radio("size", list(queries.SIZE_METRICS), format_func=queries.SIZE_METRICS.__getitem__,

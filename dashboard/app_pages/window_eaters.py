@@ -31,7 +31,8 @@ def _load(path: str, f: Filters, by: str) -> tuple[pd.DataFrame, dict[str, Any]]
 
 
 st.title("Window eaters")
-st.caption("Which tool puts the most into the model's context window. Percentiles over every call, not a sample.")
+st.caption("Which tool puts the most into the model's context window. Percentiles over every call, not a sample. "
+           "Click a bar or a row to open the tool.")  # fmt: skip
 by = st.radio("rank by", list(BY_LABELS), format_func=BY_LABELS.__getitem__, horizontal=True, key="rank_by")
 table, kpi = _load(DB, filters, by)
 
@@ -57,7 +58,12 @@ if table.empty:
     st.info("No tool calls match the filters.")
     st.stop()
 
-st.plotly_chart(charts.ranking_bar(table, by), width="stretch", key="ranking_bar")
+# a click on a bar (or a table row, below) opens that tool's detail
+bar = st.plotly_chart(charts.ranking_bar(table, by), width="stretch", key="ranking_bar", on_select="rerun",
+                      selection_mode="points")  # fmt: skip
+clicked = [p.get("y") for p in (bar.selection.points if bar else []) if p.get("y")]  # type: ignore[union-attr]
+if clicked:
+    st.switch_page("app_pages/tool_detail.py", query_params={"tool": str(clicked[0])})
 
 # numbers stay numbers (so the columns sort as numbers); only their display is formatted
 shown = pd.DataFrame(
@@ -79,8 +85,11 @@ shown = pd.DataFrame(
     }
 )
 TOKENS = st.column_config.NumberColumn(format="compact", help="tokens")
-st.dataframe(
+picked = st.dataframe(
     shown,
+    key="ranking_table",
+    on_select="rerun",
+    selection_mode="single-row",
     hide_index=True,
     width="stretch",
     height=38 * (len(shown) + 1) + 3,  # every row, no inner scroll
@@ -98,3 +107,5 @@ st.dataframe(
         ),
     },
 )  # fmt: skip
+if picked.selection.rows:  # type: ignore[union-attr]
+    st.switch_page("app_pages/tool_detail.py", query_params={"tool": str(shown.iloc[picked.selection.rows[0]]["tool"])})  # type: ignore[union-attr]

@@ -177,3 +177,24 @@ def test_alerts_show_both_windows_dates_and_follow_the_sidebar(
 def test_the_home_page_mentions_open_alerts(monkeypatch: pytest.MonkeyPatch, sample_store: str) -> None:
     at = run_app(monkeypatch, sample_store)
     assert any("open alert" in w.value and "search_orders" in w.value for w in at.warning)
+
+
+def test_replay_ordered_by_truncation_opens_a_truncated_call_and_numbers_steps_as_the_table(
+    monkeypatch: pytest.MonkeyPatch, sample_store: str
+) -> None:
+    at = run_app(monkeypatch, sample_store, "app_pages/replay.py")
+    at.radio[0].set_value("truncated").run()
+    assert not at.exception, [e.value for e in at.exception]
+    slider = at.select_slider[0]
+    label = slider.format_func(slider.value)
+    assert "truncated" in label  # the order said "with truncated results": the call shown is one
+    steps = at.dataframe[0].value
+    step = int(label.split(":")[0].removeprefix("step "))
+    row = steps[steps["#"] == step].iloc[0]
+    assert row["kind"] == "tool call" and row["truncated"] == "yes" and row["name"] in label
+    assert (steps["truncated"] == "yes").any()  # the steps table marks truncated calls
+
+
+def test_tool_detail_opens_on_the_top_eater(monkeypatch: pytest.MonkeyPatch, sample_store: str) -> None:
+    at = run_app(monkeypatch, sample_store, "app_pages/tool_detail.py")
+    assert at.selectbox(key="detail_tool").value == "search_orders"  # not the alphabetically first tool

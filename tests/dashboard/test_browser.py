@@ -114,9 +114,26 @@ def test_the_dashboard_asks_nothing_of_the_internet(page, dashboard_url: str) ->
     )
 
 
+def test_clicking_a_bar_opens_that_tool(page, dashboard_url: str) -> None:  # type: ignore[no-untyped-def]
+    page.goto(f"{dashboard_url}/")
+    _settle(page, "Window eaters", charts=1)
+    bars = page.locator('[data-testid="stPlotlyChart"] .bars .point path')
+    bar = bars.nth(bars.count() - 2)  # the second bar from the top (plotly draws bottom-up)
+    bar.scroll_into_view_if_needed()
+    box = bar.bounding_box()
+    assert box is not None
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)  # plotly's drag layer is on top
+    page.get_by_role("heading", name="Tool detail").wait_for(timeout=60_000)
+    assert "tool=list_github_issues" in page.url
+
+
 def test_tool_detail_in_a_browser(page, dashboard_url: str) -> None:  # type: ignore[no-untyped-def]
     page.goto(f"{dashboard_url}/tool?tool=search_orders")
     _settle(page, "Tool detail", charts=2)
+    page.get_by_text("Schema changed on 2026-11-16").wait_for(timeout=60_000)  # under load, text may trail the charts
+    for n in (0, 1):
+        chart = page.locator('[data-testid="stPlotlyChart"]').nth(n)
+        chart.locator(".legendtext", has_text="budget").first.wait_for(timeout=60_000)
     body = page.inner_text("body")
     assert "Schema changed on 2026-11-16" in body and "raw_payload" in body
     assert "schema changed" in page.locator('[data-testid="stPlotlyChart"]').nth(1).inner_text()
