@@ -143,13 +143,14 @@ if call["truncated"]:
         + (", ".join(f"{s:,}–{e:,}" for s, e in ranges[:12]) + (" …" if len(ranges) > 12 else "") if ranges else "none")
         + (f". Omitted: {human_bytes(call['omitted_bytes'])}." if call["omitted_bytes"] is not None else ".")
     )  # fmt: skip
-cols = st.columns(6)
+cols = st.columns(4)
 cols[0].metric("raw tokens", human_tokens(call["raw_tokens"]))
 cols[1].metric("view tokens", human_tokens(call["view_tokens"]))
 cols[2].metric("raw bytes", human_bytes(call["raw_bytes"]))
-cols[3].metric("budget", human_tokens(call["budget_tokens"]) if call["budget_tokens"] else "none")
-cols[4].metric("shape", call["shape"] or "–")
-cols[5].metric("status", call["status"])
+cols[3].metric("budget (tokens)", human_tokens(call["budget_tokens"]) if call["budget_tokens"] is not None else "none")
+# words, not metrics: a metric's large type cuts "diagnostic" to "diagno…"
+st.markdown(f"shape **{call['shape'] or 'unknown'}** ({call['shape_source'] or 'no source'}) · "
+            f"status **{call['status']}** · view from **{call['view_source'] or 'unknown'}**")  # fmt: skip
 for w in call["warnings"] or []:
     st.caption(f"⚠ {w}")
 

@@ -39,8 +39,8 @@ table, kpi = _load(DB, filters, by)
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("tool calls", f"{kpi['calls']:,}")
 c2.metric("window cost", f"{human_tokens(kpi['window_cost_tokens'])} tokens")
-c3.metric(f"{kpi['top_tool']}'s share of window cost" if kpi["top_tool"] else "top tool's share of window cost",
-          percent(kpi["top_tool_share"]), help="the tool with the largest window cost")  # fmt: skip
+c3.metric("top tool's share of window cost", percent(kpi["top_tool_share"]), delta=kpi["top_tool"] or None,
+          delta_color="off", delta_arrow="off", help="the tool with the largest window cost, named below")  # fmt: skip
 c4.metric("truncated results", f"{kpi['truncated']:,}")
 if kpi["dropped"] or kpi["failed"]:
     st.warning(
