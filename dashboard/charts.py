@@ -32,7 +32,11 @@ def ranking_bar(table: pd.DataFrame, by: str = "view") -> go.Figure:
             (human_bytes if by == "bytes" else human_tokens)(v) + ("" if by == "bytes" else " tokens")
             for v in data[column]
         ],
-        textposition="outside",
+        # inside the bar's end where it fits, so a budget marker just past the end cannot cover it
+        textposition="auto",
+        insidetextanchor="end",
+        insidetextfont={"color": "white"},
+        outsidetextfont={"color": "#444"},
         cliponaxis=False,
         marker_color="#d62728",
     )
