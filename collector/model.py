@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+MAX_TIME_NS = 2**63 - 1
+"""The latest time the store holds (a signed 64-bit nanosecond count; OTLP times are unsigned)."""
+
 Range = tuple[int, int]
 """A half-open byte range ``[start, end)`` of a raw result's UTF-8 bytes."""
 

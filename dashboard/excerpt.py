@@ -164,7 +164,12 @@ def stored_text(payload: Payload) -> str:
     )
 
 
-def preview(text: str, head: int = 16_000, tail: int = 4_000) -> str:
+VIEW_HEAD_CHARS = 16_000
+VIEW_TAIL_CHARS = 4_000
+"""A longer view is shown as its head and its tail, with the count of characters between them."""
+
+
+def preview(text: str, head: int = VIEW_HEAD_CHARS, tail: int = VIEW_TAIL_CHARS) -> str:
     """``text`` itself, or its head and tail around a line counting what is between (cut at line
     ends near the bounds, so no row is split)."""
     if len(text) <= head + tail:

@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from collector.model import Issue, SpanData, gen_ai_events
+from collector.model import MAX_TIME_NS, Issue, SpanData, gen_ai_events
 
 _STATUS = {"UNSET": "unset", "OK": "ok", "ERROR": "error"}
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -94,9 +94,6 @@ def _hex_id(value: Any, length: int, name: str) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 16**length:
         return f"{value:0{length}x}"
     raise _BadField(name, f"{name} must be {length} hex digits (0x optional) or a decimal integer, got {value!r}")
-
-
-MAX_TIME_NS = 2**63 - 1
 
 
 def _time(value: Any, name: str) -> int:

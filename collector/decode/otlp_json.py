@@ -13,11 +13,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from collector.model import Issue, SpanData, gen_ai_events
+from collector.model import MAX_TIME_NS, Issue, SpanData, gen_ai_events
 
 _HEX = re.compile(r"^[0-9a-fA-F]*$")
-MAX_TIME_NS = 2**63 - 1
-"""Latest time the store holds (a signed 64-bit nanosecond count); OTLP times are unsigned."""
 _STATUS = {
     0: "unset",
     1: "ok",

@@ -19,11 +19,11 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from collector.decode.otlp_json import MAX_TIME_NS, spans_from_request, time_ns
 from collector.decode.otlp_json import any_value as json_any_value
 from collector.decode.otlp_json import attributes as json_attributes
+from collector.decode.otlp_json import spans_from_request, time_ns
 from collector.errors import InputError
-from collector.model import Issue, LogData, SpanData, gen_ai_events
+from collector.model import MAX_TIME_NS, Issue, LogData, SpanData, gen_ai_events
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"

@@ -11,7 +11,7 @@ from collector.query.ranking import Filters
 from collector.store.payloads import Payload, load_payload
 from dashboard import charts, queries
 from dashboard.connection import run_query
-from dashboard.excerpt import excerpt, preview, stored_text, to_html
+from dashboard.excerpt import VIEW_HEAD_CHARS, VIEW_TAIL_CHARS, excerpt, preview, stored_text, to_html
 from dashboard.format import human_bytes, human_tokens
 from dashboard.state import CACHE_TTL_S
 
@@ -20,8 +20,6 @@ filters: Filters = st.session_state["filters"]
 tools: list[str] = st.session_state["tool_names"]
 
 # (comments, not docstrings: Streamlit would print a bare string on the page)
-VIEW_HEAD_CHARS = 16_000  # a longer view shows its head and its tail, with the count of characters between
-VIEW_TAIL_CHARS = 4_000
 BOX_HEIGHT_PX = 600  # raw and view scroll in boxes of the same height, so they stay side by side
 ORDER_LABELS = {"largest": "largest result first", "truncated": "with truncated results", "newest": "newest first"}
 
@@ -179,7 +177,7 @@ with right:
         st.info("No view payload stored.")
     if text:
         # never cut silently: the end of a view is where truncation notes and the last rows are
-        st.code(preview(text, VIEW_HEAD_CHARS, VIEW_TAIL_CHARS), language=None, wrap_lines=True, height=BOX_HEIGHT_PX)
+        st.code(preview(text), language=None, wrap_lines=True, height=BOX_HEIGHT_PX)
         if len(text) > VIEW_HEAD_CHARS + VIEW_TAIL_CHARS and st.toggle(
             "show the whole view", key=f"fullview_{spans[i]}"
         ):
