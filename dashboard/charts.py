@@ -6,6 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dashboard.format import human_bytes, human_tokens
+from dashboard.queries import REMAINDER
 
 METRIC_LABELS = {
     "view": ("view_tokens_p99", "p99 tokens shown to the model"),
@@ -65,11 +66,15 @@ def size_histogram(hist: pd.DataFrame, pcts: dict[str, float | None], label: str
     """Calls per log-spaced size bin, with p50/p95/p99 and the budget marked."""
     fig = go.Figure()
     if hist.empty:
-        fig.update_layout(title="No calls")
+        fig.update_layout(title="No call with a result above zero")
         return fig
     centers = (hist["lo"] * hist["hi"]) ** 0.5
-    fig.add_bar(x=centers, y=hist["calls"], width=(hist["hi"] - hist["lo"]) * 0.95, name="calls",
+    width = (hist["hi"] - hist["lo"]) * 0.95
+    fig.add_bar(x=centers, y=hist["calls"] - hist["errors"], width=width, name="calls",
                 marker_color="#7f7f7f", hovertemplate="%{x:.0f}: %{y} calls<extra></extra>")  # fmt: skip
+    if hist["errors"].any():  # failed calls stacked in their own colour, not mistaken for small results
+        fig.add_bar(x=centers, y=hist["errors"], width=width, name="failed calls", marker_color="#ff9896",
+                    hovertemplate="%{x:.0f}: %{y} failed calls<extra></extra>")  # fmt: skip
     # vertical lines as named traces, not add_vline annotations: on a log axis an annotation
     # needs log10 of its value and lands off the chart otherwise; a legend entry always shows
     top = float(hist["calls"].max())
@@ -82,7 +87,7 @@ def size_histogram(hist: pd.DataFrame, pcts: dict[str, float | None], label: str
                             hovertemplate=f"{key}: %{{x:,.0f}}<extra></extra>")  # fmt: skip
     fig.update_xaxes(type="log", title=label)
     fig.update_yaxes(title="calls")
-    fig.update_layout(height=380, margin={"l": 10, "r": 10, "t": 60, "b": 40}, showlegend=True,
+    fig.update_layout(height=380, margin={"l": 10, "r": 10, "t": 60, "b": 40}, showlegend=True, barmode="stack",
                       legend={"orientation": "h", "y": 1.15})  # fmt: skip
     return fig
 
@@ -115,12 +120,12 @@ def context_occupancy(occ: pd.DataFrame) -> go.Figure:
     if occ.empty:
         fig.update_layout(title="No LLM calls recorded in this trace")
         return fig
-    sources = [s for s in occ["source"].unique() if s != "everything else"]
-    if "everything else" in set(occ["source"]):
-        sources.append("everything else")
+    sources = [s for s in occ["source"].unique() if s != REMAINDER]
+    if REMAINDER in set(occ["source"]):
+        sources.append(REMAINDER)
     for source in sources:
         part = occ[occ["source"] == source]
-        kwargs = {"marker_color": "#c7c7c7"} if source == "everything else" else {}
+        kwargs = {"marker_color": "#c7c7c7"} if source == REMAINDER else {}
         fig.add_bar(x=part["step"], y=part["tokens"], name=source, **kwargs)
     fig.update_layout(barmode="stack", height=360, margin={"l": 10, "r": 10, "t": 30, "b": 40},
                       xaxis_title="LLM call (in order)", yaxis_title="tokens in the window",
@@ -134,10 +139,13 @@ def before_after(hist: pd.DataFrame) -> go.Figure:
     # outlined steps, one per side: bars on a log axis are hairlines and hide each other
     for side, color in (("before", "#1f77b4"), ("after", "#d62728")):
         part = hist[hist["side"] == side] if not hist.empty else hist
+        empty = int(part.loc[part["lo"] == 0, "calls"].sum()) if not part.empty else 0
+        part = part[part["lo"] > 0] if not part.empty else part  # a log axis has no place for 0 tokens
         if not part.empty:
             x = [*part["lo"], float(part["lo"].iloc[-1]) * 10**0.1]
             y = [*part["calls"], float(part["calls"].iloc[-1])]
-            fig.add_scatter(x=x, y=y, name=side, mode="lines", line={"shape": "hv", "color": color, "width": 2},
+            name = side + (f" ({empty:,} empty result{'' if empty == 1 else 's'} not drawn)" if empty else "")
+            fig.add_scatter(x=x, y=y, name=name, mode="lines", line={"shape": "hv", "color": color, "width": 2},
                             fill="tozeroy", opacity=0.5)  # fmt: skip
     fig.update_xaxes(type="log", title="tokens shown to the model (log)")
     fig.update_layout(height=300, margin={"l": 10, "r": 10, "t": 30, "b": 40},

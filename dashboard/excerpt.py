@@ -23,6 +23,10 @@ RANGE_END_BYTES = 1500
 UNRETAINED_PREVIEW_BYTES = 3000
 """With no retained ranges (nothing cut), this much of the head is shown."""
 
+FOLD_EXPAND_BYTES = 64_000
+"""A folded retained stretch up to this size can be expanded in place; a longer one is read
+with the page's "show the whole stored raw payload" switch."""
+
 
 @dataclass(frozen=True)
 class Piece:
@@ -78,13 +82,20 @@ def _merged(ranges: list[list[int]] | None, total: int) -> list[tuple[int, int]]
     return out
 
 
+def _fold(payload: Payload, start: int, end: int) -> Piece:
+    """The folded middle of a long retained stretch, with its text when it is stored and short
+    enough to expand in place."""
+    data = _slice(payload, start, end) if end - start <= FOLD_EXPAND_BYTES else None
+    return Piece(start, end, "retained_fold", data.decode("utf-8", errors="replace") if data is not None else "")
+
+
 def _retained(payload: Payload, start: int, end: int) -> list[Piece]:
     """A retained stretch: whole, or (when long) its two ends around a fold that says how much is in between."""
     if end - start <= 2 * RANGE_END_BYTES:
         return _pieces_of(payload, start, end, "retained")
     return [
         *_pieces_of(payload, start, start + RANGE_END_BYTES, "retained"),
-        Piece(start + RANGE_END_BYTES, end - RANGE_END_BYTES, "retained_fold"),
+        _fold(payload, start + RANGE_END_BYTES, end - RANGE_END_BYTES),
         *_pieces_of(payload, end - RANGE_END_BYTES, end, "retained"),
     ]
 
@@ -123,6 +134,12 @@ def excerpt(payload: Payload, ranges: list[list[int]] | None) -> list[Piece]:
     return pieces
 
 
+def _mark(p: Piece) -> str:
+    # data-start/data-end: the byte offsets in the raw, so a reader (or a test) can check the mark
+    return (f'<mark data-start="{p.start}" data-end="{p.end}" title="retained bytes {p.start:,}-{p.end:,}" '
+            f'style="background:#c6f6c6">{html.escape(p.text)}</mark>')  # fmt: skip
+
+
 def to_html(pieces: list[Piece]) -> str:
     """Escaped HTML: retained text marked, gaps as one line each."""
     out = ['<div class="tm-excerpt" style="font-family:monospace;font-size:12px;white-space:pre-wrap;'
@@ -132,8 +149,12 @@ def to_html(pieces: list[Piece]) -> str:
             out.append(f'<div class="tm-gap" style="color:#888;margin:4px 0">··· {p.end - p.start:,} bytes not '
                        "retained ···</div>")  # fmt: skip
         elif p.kind == "retained_fold":
-            out.append(f'<div class="tm-fold" style="color:#2a7d2a;margin:4px 0">··· {p.end - p.start:,} retained bytes '
-                       f"not shown here (bytes {p.start:,}-{p.end:,}; the model saw them) ···</div>")  # fmt: skip
+            label = (f"··· {p.end - p.start:,} retained bytes not shown here (bytes {p.start:,}-{p.end:,}; "
+                     "the model saw them) ···")  # fmt: skip
+            body = (_mark(p) if p.text else '<div style="color:#888">too long to expand here: switch on '
+                    "'show the whole stored raw payload' below</div>")  # fmt: skip
+            out.append(f'<details class="tm-fold" style="color:#2a7d2a;margin:4px 0"><summary style="cursor:pointer">'
+                       f"{label} (expand)</summary>{body}</details>")  # fmt: skip
         elif p.kind == "more":
             out.append(f'<div class="tm-more" style="color:#888;margin:4px 0">··· {p.end - p.start:,} more bytes '
                        "not shown here ···</div>")  # fmt: skip
@@ -143,9 +164,7 @@ def to_html(pieces: list[Piece]) -> str:
                 "(over the payload cap) ···</div>"
             )
         elif p.kind == "retained":
-            out.append(
-                f'<mark title="retained bytes {p.start:,}-{p.end:,}" style="background:#c6f6c6">{html.escape(p.text)}</mark>'
-            )
+            out.append(_mark(p))
         else:
             out.append(f'<span style="color:#555">{html.escape(p.text)}</span>')
     out.append("</div>")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import date
 from typing import Any
 
 import duckdb
@@ -80,14 +81,20 @@ def time_bounds(con: duckdb.DuckDBPyConnection) -> tuple[pd.Timestamp | None, pd
 
 
 def size_histogram(con: duckdb.DuckDBPyConnection, filters: Filters, tool: str, metric: str) -> pd.DataFrame:
-    """Counts of calls per log-spaced size bin (10 bins per decade): columns lo, hi, calls."""
+    """Counts of calls per log-spaced size bin (10 bins per decade): columns lo, hi, calls, errors.
+
+    Only sizes above zero have a place on a log axis: empty results (most failed calls) are
+    counted by :func:`size_percentiles` as ``empty``, not drawn as 1-token bars.
+    """
     if metric not in SIZE_METRICS:
         raise ValueError(f"metric={metric!r}: choose one of {', '.join(SIZE_METRICS)}")
     where, params = filters.where()
     sql = f"""
-        WITH v AS (SELECT {metric} AS x FROM tool_calls WHERE {where} AND tool_name = ? AND {metric} IS NOT NULL),
-        b AS (SELECT floor(log10(greatest(x, 1)) * 10) AS bin, count(*) AS calls FROM v GROUP BY bin)
-        SELECT power(10, bin / 10) AS lo, power(10, (bin + 1) / 10) AS hi, calls FROM b ORDER BY bin
+        WITH v AS (SELECT {metric} AS x, status = 'error' AS failed FROM tool_calls
+                   WHERE {where} AND tool_name = ? AND {metric} > 0),
+        b AS (SELECT floor(log10(x) * 10) AS bin, count(*) AS calls, count(*) FILTER (WHERE failed) AS errors
+              FROM v GROUP BY bin)
+        SELECT power(10, bin / 10) AS lo, power(10, (bin + 1) / 10) AS hi, calls, errors FROM b ORDER BY bin
     """
     return _df(con, sql, [*params, tool])
 
@@ -95,18 +102,20 @@ def size_histogram(con: duckdb.DuckDBPyConnection, filters: Filters, tool: str, 
 def size_percentiles(
     con: duckdb.DuckDBPyConnection, filters: Filters, tool: str, metric: str
 ) -> dict[str, float | None]:
-    """p50, p95, p99, max of ``metric`` and the tool's budget."""
+    """p50, p95, p99, max of ``metric``, the tool's budget, and the calls off the histogram's
+    log axis: ``empty`` (size 0; ``empty_errors`` of them failed) and ``unknown`` (not measured)."""
     if metric not in SIZE_METRICS:
         raise ValueError(f"metric={metric!r}: choose one of {', '.join(SIZE_METRICS)}")
     where, params = filters.where()
     row = con.execute(
         f"""SELECT quantile_cont({metric}, 0.5), quantile_cont({metric}, 0.95), quantile_cont({metric}, 0.99),
-                   max({metric}), max(budget_tokens), count(*)
+                   max({metric}), max(budget_tokens), count(*), count(*) FILTER (WHERE {metric} = 0),
+                   count(*) FILTER (WHERE {metric} = 0 AND status = 'error'), count(*) - count({metric})
             FROM tool_calls WHERE {where} AND tool_name = ?""",
         [*params, tool],
     ).fetchone()
     assert row is not None
-    keys = ("p50", "p95", "p99", "max", "budget_tokens", "calls")
+    keys = ("p50", "p95", "p99", "max", "budget_tokens", "calls", "empty", "empty_errors", "unknown")
     return dict(zip(keys, row, strict=True))
 
 
@@ -145,7 +154,7 @@ def daily_envelope(con: duckdb.DuckDBPyConnection, filters: Filters, tool: str) 
 class SchemaChange:
     """The day a new fingerprint became a tool's dominant one, and what changed."""
 
-    day: Any
+    day: date
     before: str
     after: str
     added: tuple[str, ...]
@@ -177,7 +186,7 @@ def schema_changes(con: duckdb.DuckDBPyConnection, filters: Filters, tool: str) 
             continue
         if previous is not None and fp != previous:
             added, removed, changed = diff_fields(_fields(con, tool, previous), _fields(con, tool, fp))
-            changes.append(SchemaChange(day, previous, fp, added, removed, changed))
+            changes.append(SchemaChange(pd.Timestamp(day).date(), previous, fp, added, removed, changed))
         previous = fp
     return changes
 
@@ -268,10 +277,15 @@ def tool_call(con: duckdb.DuckDBPyConnection, trace_id: str, span_id: str) -> di
     return dict(zip([d[0] for d in cur.description], row, strict=True))
 
 
+REMAINDER = "rest of the input (reported input − tool results)"
+"""The occupancy chart's remainder: what the LLM call reported minus the tool results it held
+(system prompt, messages, the model's own turns), measured by subtraction, not counted."""
+
+
 def context_occupancy(con: duckdb.DuckDBPyConnection, trace_id: str) -> pd.DataFrame:
     """For each LLM call of a trace: tokens in the window by source.
 
-    Each tool's results count from the first LLM call after they ended; "everything else"
+    Each tool's results count from the first LLM call after they ended; :data:`REMAINDER`
     is the call's reported input tokens minus those results (when the call reported them).
     Columns: step, llm_span_id, source, tokens.
     """
@@ -286,7 +300,7 @@ def context_occupancy(con: duckdb.DuckDBPyConnection, trace_id: str) -> pd.DataF
             FROM l JOIN t ON t.end_ns <= l.start_ns GROUP BY ALL
         ),
         rest AS (
-            SELECT l.step, l.span_id, 'everything else' AS source,
+            SELECT l.step, l.span_id, ? AS source,
                    greatest(l.input_tokens - coalesce(sum(p.tokens), 0), 0) AS tokens
             FROM l LEFT JOIN per_tool p ON p.step = l.step
             WHERE l.input_tokens IS NOT NULL GROUP BY l.step, l.span_id, l.input_tokens
@@ -295,7 +309,7 @@ def context_occupancy(con: duckdb.DuckDBPyConnection, trace_id: str) -> pd.DataF
         UNION ALL SELECT step, span_id, source, tokens FROM rest
         ORDER BY step, source
     """
-    return _df(con, sql, [trace_id, trace_id])
+    return _df(con, sql, [trace_id, trace_id, REMAINDER])
 
 
 # --- alerts --------------------------------------------------------------------------------
@@ -326,14 +340,24 @@ def alerts(
 
 
 def before_after_histogram(con: duckdb.DuckDBPyConnection, tool: str, evidence: dict[str, Any]) -> pd.DataFrame:
-    """View-token histograms (log bins) of the windows before and after an alert's change."""
+    """View-token histograms (10 log bins a decade) of the windows before and after an alert's
+    change: columns side, lo, calls. Every bin between the smallest and the largest is present
+    (empty ones with 0 calls, so a step line drops between clusters); empty results, which a
+    log axis cannot place, are one row with ``lo`` 0."""
     sql = """
         WITH v AS (
             SELECT CASE WHEN start_time < ?::TIMESTAMP THEN 'before' ELSE 'after' END AS side, view_tokens AS x
             FROM tool_calls WHERE tool_name = ? AND start_time >= ?::TIMESTAMP AND start_time < ?::TIMESTAMP
-              AND view_tokens IS NOT NULL)
-        SELECT side, power(10, floor(log10(greatest(x, 1)) * 10) / 10) AS lo, count(*) AS calls
-        FROM v GROUP BY ALL ORDER BY side, lo
+              AND view_tokens IS NOT NULL),
+        b AS (SELECT side, CASE WHEN x > 0 THEN floor(log10(x) * 10)::INT END AS bin, count(*) AS calls
+              FROM v GROUP BY ALL),
+        span AS (SELECT min(bin) AS lo, max(bin) AS hi FROM b),
+        grid AS (SELECT s.side, g.bin FROM (SELECT DISTINCT side FROM b) s, span,
+                 LATERAL (SELECT unnest(range(span.lo, span.hi + 1)) AS bin) g WHERE span.lo IS NOT NULL)
+        SELECT grid.side, power(10, grid.bin / 10) AS lo, coalesce(b.calls, 0) AS calls
+        FROM grid LEFT JOIN b ON b.side = grid.side AND b.bin = grid.bin
+        UNION ALL SELECT side, 0, calls FROM b WHERE bin IS NULL
+        ORDER BY side, lo
     """
     b, a = evidence["before"], evidence["after"]
     return _df(con, sql, [a["start"], tool, b["start"], a["end"]])

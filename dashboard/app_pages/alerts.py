@@ -85,19 +85,18 @@ for alert in rows:
                 f"after: {_window(after)}": [_fmt(m, after.get(m)) for m, _ in METRIC_ROWS],
             }
         )
-        left, right = st.columns([2, 3])
-        left.dataframe(table, hide_index=True, width="stretch")
-        right.plotly_chart(charts.before_after(_hist(DB, alert["tool_name"], alert["alert_id"], ev)), width="stretch",
-                           key=f"before_after_{alert['alert_id']}")  # fmt: skip
+        # one above the other: side by side, the table's window dates were cut off
+        st.dataframe(table, hide_index=True, width="stretch", key=f"evidence_{alert['alert_id']}")
+        st.plotly_chart(charts.before_after(_hist(DB, alert["tool_name"], alert["alert_id"], ev)), width="stretch",
+                        key=f"before_after_{alert['alert_id']}")  # fmt: skip
         schema = ev.get("schema") or {}
         for key, what in (("added", "fields added"), ("removed", "fields removed"), ("changed", "types changed")):
             if schema.get(key):
                 st.markdown(f"{what}: " + ", ".join(f"`{f}`" for f in schema[key]))
-        links = []
-        for side in ("before", "after"):
-            for ex in (ev.get("examples") or {}).get(side, []):
-                links.append(
-                    f"[{side}: {human_tokens(ex['view_tokens'])} tokens](replay?trace={ex['trace_id']}&span={ex['span_id']})"
-                )
-        if links:
-            st.markdown("example calls: " + " · ".join(links))
+        examples = [(side, ex) for side in ("before", "after") for ex in (ev.get("examples") or {}).get(side, [])]
+        if examples:
+            st.markdown("example calls (open in the replay, filters kept):")
+            # page links, not markdown links: those open a new tab, whose new session drops the filters
+            for col, (side, ex) in zip(st.columns(len(examples)), examples, strict=True):
+                col.page_link("app_pages/replay.py", label=f"{side}: {human_tokens(ex['view_tokens'])} tokens",
+                              query_params={"trace": ex["trace_id"], "span": ex["span_id"]})  # fmt: skip

@@ -86,14 +86,17 @@ shown = pd.DataFrame(
         "#": range(1, len(steps) + 1),
         "kind": steps["kind"].map({"llm": "LLM call", "tool": "tool call"}),
         "name": steps["name"],
-        "input tokens": steps["input_tokens"].map(human_tokens),
-        "view tokens": steps["view_tokens"].map(human_tokens),
-        "raw tokens": steps["raw_tokens"].map(human_tokens),
-        "truncated": steps["truncated"].map(lambda v: "yes" if _yes(v) else ""),
+        "input tokens": steps["input_tokens"],
+        "view tokens": steps["view_tokens"],
+        "raw tokens": steps["raw_tokens"],
+        "truncated": steps["truncated"].astype("boolean"),
+        "view > budget": steps["view_over_budget"].astype("boolean"),
         "status": steps["status"].fillna(""),
     }
 )
-st.dataframe(shown, hide_index=True, width="stretch", height=min(38 * (len(shown) + 1), 420))
+TOKENS = st.column_config.NumberColumn(format="localized", help="tokens")
+st.dataframe(shown, hide_index=True, width="stretch", height=min(35 * (len(shown) + 1) + 3, 420), key="replay_steps",
+             column_config={"input tokens": TOKENS, "view tokens": TOKENS, "raw tokens": TOKENS})  # fmt: skip
 
 if tool_steps.empty:
     st.info("This trace has no tool calls.")
@@ -145,7 +148,9 @@ cols = st.columns(4)
 cols[0].metric("raw tokens", human_tokens(call["raw_tokens"]))
 cols[1].metric("view tokens", human_tokens(call["view_tokens"]))
 cols[2].metric("raw bytes", human_bytes(call["raw_bytes"]))
-cols[3].metric("budget (tokens)", human_tokens(call["budget_tokens"]) if call["budget_tokens"] is not None else "none")
+cols[3].metric(
+    "budget (tokens)", human_tokens(call["budget_tokens"]) if call["budget_tokens"] is not None else "not declared"
+)
 # words, not metrics: a metric's large type cuts "diagnostic" to "diagno…"
 st.markdown(f"shape **{call['shape'] or 'unknown'}** ({call['shape_source'] or 'no source'}) · "
             f"status **{call['status']}** · view from **{call['view_source'] or 'unknown'}**")  # fmt: skip

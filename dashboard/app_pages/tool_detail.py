@@ -78,6 +78,10 @@ budget = budget_tokens if metric != "raw_bytes" else None
 st.subheader("Distribution of result sizes")
 st.plotly_chart(charts.size_histogram(data["hist"], pcts, queries.SIZE_METRICS[metric], budget), width="stretch",
                 key="detail_histogram")  # fmt: skip
+off_axis = [f"{pcts['empty']:,} returned nothing ({pcts['empty_errors']:,} of them failed)" if pcts["empty"] else "",
+            f"{pcts['unknown']:,} have no measured size" if pcts["unknown"] else ""]  # fmt: skip
+if any(off_axis):
+    st.caption("Not on the log axis: " + "; ".join(p for p in off_axis if p) + ".")
 
 st.subheader("Envelope over time")
 changes: list[queries.SchemaChange] = data["changes"]
@@ -100,23 +104,28 @@ largest = data["largest"]
 if largest.empty:
     st.info("No calls.")
 else:
+    st.caption("Select a row to replay its trace (same tab, filters kept).")
     table = pd.DataFrame(
         {
-            "replay": [
-                f"replay?trace={t}&span={s}" for t, s in zip(largest["trace_id"], largest["span_id"], strict=True)
-            ],
             "when": largest["start_time"],
             "service": largest["service_name"],
-            "view tokens": largest["view_tokens"].map(human_tokens),
-            "raw tokens": largest["raw_tokens"].map(human_tokens),
-            "raw bytes": largest["raw_bytes"].map(human_bytes),
-            "truncated": largest["truncated"].map(lambda v: "yes" if v else ""),
-            "raw over budget": largest["over_budget"].map(lambda v: "yes" if v else ""),
-            "view over budget": largest["view_over_budget"].map(lambda v: "yes" if v else ""),
+            "view tokens": largest["view_tokens"],
+            "raw tokens": largest["raw_tokens"],
+            "raw bytes": largest["raw_bytes"],
+            "truncated": largest["truncated"].astype("boolean"),
+            "raw over budget": largest["over_budget"].astype("boolean"),
+            "view over budget": largest["view_over_budget"].astype("boolean"),
             "status": largest["status"],
         }
     )
-    st.dataframe(
-        table, hide_index=True, width="stretch",
-        column_config={"replay": st.column_config.LinkColumn("replay", display_text="open trace")},
+    TOKENS = st.column_config.NumberColumn(format="compact", help="tokens")
+    picked = st.dataframe(
+        table, hide_index=True, width="stretch", key="largest_calls", on_select="rerun", selection_mode="single-row",
+        height=35 * (len(table) + 1) + 3,
+        column_config={"view tokens": TOKENS, "raw tokens": TOKENS, "raw bytes": st.column_config.NumberColumn(format="bytes"),
+                       "when": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss")},
     )  # fmt: skip
+    if picked.selection.rows:  # type: ignore[union-attr]
+        row = largest.iloc[picked.selection.rows[0]]  # type: ignore[union-attr]
+        # switch_page, not a link: a link opens a new session, which starts from default filters
+        st.switch_page("app_pages/replay.py", query_params={"trace": str(row["trace_id"]), "span": str(row["span_id"])})

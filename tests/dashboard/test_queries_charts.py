@@ -41,7 +41,10 @@ def test_filters_change_results(con: duckdb.DuckDBPyConnection) -> None:
 def test_histogram_counts_every_call(con: duckdb.DuckDBPyConnection) -> None:
     hist = queries.size_histogram(con, Filters(), "search_orders", "view_tokens")
     pcts = queries.size_percentiles(con, Filters(), "search_orders", "view_tokens")
-    assert hist["calls"].sum() == pcts["calls"]
+    # sizes above zero are binned; empty results (failed calls) are counted apart, never drawn as 1-token bars
+    assert hist["calls"].sum() + pcts["empty"] + pcts["unknown"] == pcts["calls"]
+    assert pcts["empty"] == pcts["empty_errors"] == 2 and (hist["lo"] >= 1).all()
+    assert hist["errors"].sum() == 4  # the other failed calls said something, and are stacked in their own colour
     assert (hist["lo"] < hist["hi"]).all()
     assert pcts["budget_tokens"] == 25_000
     with pytest.raises(ValueError, match="metric='bogus'"):
@@ -111,7 +114,7 @@ def test_charts_build_figures(con: duckdb.DuckDBPyConnection) -> None:
     assert {d.name for d in env.data} >= {"view p99", "view p50", "raw p99", "budget 25.0k"}
     trace_id = str(queries.find_traces(con, Filters(), "largest").iloc[0]["trace_id"])
     occ = charts.context_occupancy(queries.context_occupancy(con, trace_id))
-    assert occ.layout.barmode == "stack" and occ.data[-1].name == "everything else"
+    assert occ.layout.barmode == "stack" and occ.data[-1].name == queries.REMAINDER
 
 
 def test_empty_charts_say_so() -> None:
@@ -162,7 +165,11 @@ def test_alert_queries(con: duckdb.DuckDBPyConnection) -> None:
     calls = hist.groupby("side")["calls"].sum().to_dict()
     assert calls == {"before": alert["evidence"]["before"]["calls"], "after": alert["evidence"]["after"]["calls"]}
     fig = charts.before_after(hist)
-    assert [t.name for t in fig.data] == ["before", "after"] and fig.layout.xaxis.type == "log"
+    # search_orders failed with an empty result once in each window: named, not drawn as a 1-token bin
+    assert [t.name for t in fig.data] == ["before (1 empty result not drawn)", "after (1 empty result not drawn)"]
+    assert fig.layout.xaxis.type == "log" and min(min(t.x) for t in fig.data) > 1
+    after = hist[(hist["side"] == "after") & (hist["lo"] > 0)]
+    assert (after["calls"] == 0).any()  # gaps between clusters drop to zero instead of holding the last count
 
 
 def _covers_once(pieces: list, total: int) -> None:  # type: ignore[type-arg]
