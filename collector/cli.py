@@ -13,8 +13,25 @@ import sys
 from typing import Any
 
 from collector import config as config_module
-from collector.commands import cmd_alerts, cmd_check, cmd_doctor, cmd_ingest, cmd_lake_maintain, cmd_migrate, cmd_top
-from collector.config import DATA_PATH_ENV, DEFAULT_DEMO_DB, ENCODINGS, STATE_DIR_ENV
+from collector.commands import (
+    cmd_alerts,
+    cmd_check,
+    cmd_doctor,
+    cmd_ingest,
+    cmd_lake_maintain,
+    cmd_migrate,
+    cmd_prune,
+    cmd_top,
+)
+from collector.config import (
+    DATA_PATH_ENV,
+    DEFAULT_DEMO_DB,
+    ENCODINGS,
+    MAX_STORE_BYTES_ENV,
+    RETAIN_ENV,
+    RETAIN_PAYLOADS_ENV,
+    STATE_DIR_ENV,
+)
 from collector.errors import ToolmeterError
 from collector.query.ranking import RANK_METRICS
 from collector.services import SAMPLE_TRACES, cmd_dashboard, cmd_demo, cmd_serve, cmd_watch
@@ -92,7 +109,36 @@ def _add_serve(sub: Any, db_default: str) -> None:
         "--maintain-every", default=None, metavar="DURATION",
         help="on a DuckLake store, run `toolmeter lake maintain` this often (e.g. 1h); one host of a fleet is enough",
     )  # fmt: skip
+    _retention_arguments(p)
+    p.add_argument("--prune-every", default="1h", metavar="DURATION",
+                   help="apply the retention this often, and once at start (default: %(default)s)")  # fmt: skip
     p.set_defaults(func=cmd_serve)
+
+
+def _retention_arguments(p: Any) -> None:
+    p.add_argument(
+        "--retain",
+        default=None,
+        metavar="AGE",
+        help=f"keep rows this long: 30d, 12h, forever (or {RETAIN_ENV}; default 30d)",
+    )
+    p.add_argument(
+        "--retain-payloads",
+        default=None,
+        metavar="AGE",
+        help=f"keep raw and view payloads this long (or {RETAIN_PAYLOADS_ENV}; default 7d)",
+    )
+    p.add_argument("--max-size", default=None, metavar="SIZE",
+                   help=f"then remove the oldest payloads, then rows, beyond this size: 10GB, 2GiB "
+                        f"(or {MAX_STORE_BYTES_ENV}; default none)")  # fmt: skip
+
+
+def _add_prune(sub: Any, db_default: str) -> None:
+    p = sub.add_parser("prune", help="remove rows and payloads older than the retention; print what went")
+    _store_arguments(p, db_default)
+    _retention_arguments(p)
+    p.add_argument("--no-compact", action="store_true", help="do not rewrite a DuckDB file to give back freed space")
+    p.set_defaults(func=cmd_prune)
 
 
 def _add_lake(sub: Any, db_default: str) -> None:
@@ -176,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_top,
         _add_doctor,
         _add_serve,
+        _add_prune,
         _add_lake,
         _add_migrate,
         _add_alerts,

@@ -13,6 +13,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from collector import config as config_module
 from collector.config import CollectorConfig
 from collector.errors import InputError
 from collector.ingest import ingest_files
@@ -160,6 +161,24 @@ def cmd_lake_maintain(args: argparse.Namespace) -> int:
 
     summary = maintain(args.db, snapshots_older_than=timedelta(seconds=parse_duration(args.keep_snapshots)))
     print(f"maintained {redact(args.db)}:")
+    for line in summary.lines():
+        print(f"  {line}")
+    return 0
+
+
+def retention_of(args: argparse.Namespace) -> Any:
+    """The retention the command line (else the environment, else the defaults) asks for."""
+    from collector.store.retention import Retention
+
+    rows, payloads, cap = config_module.retention(args.retain, args.retain_payloads, args.max_size)
+    return Retention(rows=rows, payloads=payloads, max_bytes=cap)
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from collector.store.retention import prune
+
+    summary = prune(args.db, retention_of(args), compact=not args.no_compact)
+    print(f"pruned {redact(args.db)}:")
     for line in summary.lines():
         print(f"  {line}")
     return 0

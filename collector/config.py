@@ -10,6 +10,7 @@ variable                           meaning                                      
 =================================  ================================================  ======================
 ``TOOLMETER_DB``                   the store: a DuckDB file or ``ducklake:...``      ``toolmeter.duckdb``
 ``TOOLMETER_ENCODING``             tiktoken encoding for counts                      ``o200k_base``
+``TOOLMETER_COUNTER``              ``auto``, ``quicktok`` or ``tiktoken`` counts     ``auto``
 ``TOOLMETER_STORE_PAYLOADS``       keep payloads for replay (``false``: numbers)     ``true``
 ``TOOLMETER_PAYLOAD_CAP_BYTES``    larger payloads keep head and tail only           ``1MiB``
 ``TOOLMETER_MAX_QUEUE_SIZE``       spans waiting for the worker, at most             ``4096``
@@ -23,10 +24,14 @@ variable                           meaning                                      
 ``TOOLMETER_STATE_DIR``            this host's state: extensions, a lake's spool     ``.toolmeter``
 ``TOOLMETER_REDACT``               ``off``: store payloads without masking secrets   on
 ``TOOLMETER_REDACT_PATTERNS``      extra secret patterns, JSON ``{"name": regex}``   none
+``TOOLMETER_RETAIN``               rows kept this long (``serve``, ``prune``)        ``30d``
+``TOOLMETER_RETAIN_PAYLOADS``      payloads kept this long                           ``7d``
+``TOOLMETER_MAX_STORE_BYTES``      prune the oldest beyond this size                 none
 ``TOOLMETER_STRICT``               re-raise failures on the agent's thread (tests)   off
 =================================  ================================================  ======================
 
-Sizes take units: ``67108864``, ``64MiB``, ``64MB`` (10**6), ``1.5GiB``. When the queue is
+Sizes take units: ``67108864``, ``64MiB``, ``64MB`` (10**6), ``1.5GiB``. Ages take ``d``, ``h``,
+``m`` or ``s`` (``30d``, ``12h``), or ``forever``. When the queue is
 full, new spans are dropped and counted (never raised into the agent); the count is stored
 in ``collector_stats.dropped`` and shown by the dashboard.
 """
@@ -36,6 +41,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, fields
+from datetime import timedelta
 from typing import Any, Final
 
 from collector.errors import ConfigError
@@ -45,6 +51,9 @@ ENV_PREFIX: Final = "TOOLMETER_"
 ENCODINGS: Final = ("o200k_base", "cl100k_base")
 """The tiktoken encodings toolmeter counts with (their files ship in the ``bpe-openai`` wheel)."""
 DEFAULT_ENCODING: Final = "o200k_base"
+
+COUNTERS: Final = ("auto", "quicktok", "tiktoken")
+"""Who counts: ``auto`` is quicktok when installed and self-checked, else tiktoken (``collector.measure.tokens``)."""
 
 DEFAULT_DB: Final = "toolmeter.duckdb"
 """The store when neither ``--db``/``db=`` nor ``TOOLMETER_DB`` names one."""
@@ -72,6 +81,13 @@ STRICT_ENV: Final = "TOOLMETER_STRICT"
 """Re-raise failures on the agent's thread instead of logging them (toolmeter's tests; never in production)."""
 
 
+RETAIN_ENV: Final = "TOOLMETER_RETAIN"
+RETAIN_PAYLOADS_ENV: Final = "TOOLMETER_RETAIN_PAYLOADS"
+MAX_STORE_BYTES_ENV: Final = "TOOLMETER_MAX_STORE_BYTES"
+DEFAULT_RETAIN: Final = timedelta(days=30)
+DEFAULT_RETAIN_PAYLOADS: Final = timedelta(days=7)
+
+
 def env_text(env_name: str, given: str | None = None) -> str | None:
     """``given`` when it is not None, else the variable, else None (empty counts as unset)."""
     if given is not None:
@@ -96,6 +112,38 @@ def webhook_url(given: str | None = None) -> str | None:
     return env_text(WEBHOOK_URL_ENV, given)
 
 
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([dhms])\s*$", re.IGNORECASE)
+
+
+def parse_age(name: str, text: str) -> timedelta | None:
+    """``30d``, ``12h``, ``90m``, ``3600s``, or ``forever`` (None: never removed).
+
+    Raises:
+        ConfigError: naming the setting, its value and what is expected.
+    """
+    if text.strip().lower() in ("forever", "never", "off"):
+        return None
+    m = _AGE.match(text)
+    if not m or float(m.group(1)) <= 0:
+        raise ConfigError(f"{name}={text!r} is not an age; write 30d, 12h, 90m, 3600s or forever")
+    return timedelta(seconds=float(m.group(1)) * {"d": 86400, "h": 3600, "m": 60, "s": 1}[m.group(2).lower()])
+
+
+def retention(
+    rows: str | None = None, payloads: str | None = None, max_store_bytes: str | None = None
+) -> tuple[timedelta | None, timedelta | None, int | None]:
+    """How long rows and payloads are kept and the store's size cap: arguments, else
+    ``TOOLMETER_RETAIN``, ``TOOLMETER_RETAIN_PAYLOADS``, ``TOOLMETER_MAX_STORE_BYTES``, else defaults."""
+    rows_text, payloads_text = env_text(RETAIN_ENV, rows), env_text(RETAIN_PAYLOADS_ENV, payloads)
+    cap_text = env_text(MAX_STORE_BYTES_ENV, max_store_bytes)
+    return (
+        parse_age("--retain" if rows else RETAIN_ENV, rows_text) if rows_text else DEFAULT_RETAIN,
+        parse_age("--retain-payloads" if payloads else RETAIN_PAYLOADS_ENV, payloads_text)
+        if payloads_text else DEFAULT_RETAIN_PAYLOADS,
+        parse_bytes("--max-size" if max_store_bytes else MAX_STORE_BYTES_ENV, cap_text) if cap_text else None,
+    )  # fmt: skip
+
+
 def strict() -> bool:
     """Read at each use, not at import: a test may set it after toolmeter is imported."""
     return (os.environ.get(STRICT_ENV) or "").lower() in ("1", "true", "yes", "on")
@@ -107,6 +155,7 @@ class CollectorConfig:
 
     db: str = DEFAULT_DB
     encoding: str = DEFAULT_ENCODING
+    counter: str = "auto"
     store_payloads: bool = True
     payload_cap_bytes: int = 1024 * 1024
     max_queue_size: int = 4096
@@ -117,6 +166,8 @@ class CollectorConfig:
     def __post_init__(self) -> None:
         if self.encoding not in ENCODINGS:
             raise ConfigError(f"encoding={self.encoding!r} is not supported; use one of {', '.join(ENCODINGS)}")
+        if self.counter not in COUNTERS:
+            raise ConfigError(f"counter={self.counter!r} is not supported; use one of {', '.join(COUNTERS)}")
         for name in ("payload_cap_bytes", "max_queue_size", "max_queued_bytes", "max_batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

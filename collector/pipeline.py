@@ -102,7 +102,7 @@ class Pipeline:
         # unless the process (or meter_provider) has a metrics SDK configured
         self.metrics = ToolMetrics(meter_provider)
         self.redactor = Redactor.from_env()
-        self.counter = TokenCounter(config.encoding)
+        self.counter = TokenCounter(config.encoding, config.counter)
         self.counters = Counters()
         self.lock = threading.Lock()
         self.collector_id = collector_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"

@@ -14,9 +14,10 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from collector import config as config_module
-from collector.commands import expand_patterns, format_tokens, parse_duration
+from collector.commands import expand_patterns, format_tokens, parse_duration, retention_of
 from collector.config import CollectorConfig
 from collector.errors import InputError, ToolmeterError
 from collector.ingest import ingest_files
@@ -141,6 +142,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             target=_maintain_periodically, args=(config.db, parse_duration(args.maintain_every), stop),
             name="toolmeter-lake-maintenance", daemon=True,
         ).start()  # fmt: skip
+    threading.Thread(
+        target=_prune_periodically, args=(config.db, retention_of(args), parse_duration(args.prune_every), stop),
+        name="toolmeter-retention", daemon=True,
+    ).start()  # fmt: skip
     grpc_note = f", OTLP/gRPC on {rc.host}:{running.grpc_port}" if running.grpc_port else ""
     print(f"toolmeter receiving OTLP/HTTP on {running.url}{grpc_note}; store {redact(config.db)}", flush=True)
     print(f"point agents at it: OTEL_EXPORTER_OTLP_ENDPOINT={running.url}", flush=True)
@@ -152,6 +157,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     running.stop()
     watcher.join(timeout=30)
     return 0
+
+
+def _prune_periodically(db: str, retention: Any, every_s: float, stop: threading.Event) -> None:
+    """Apply the retention at start and every ``every_s`` seconds. The file is not rewritten
+    here (the receiver writes to it meanwhile): freed space is reused by later writes."""
+    from collector.store.retention import prune
+
+    while True:
+        try:
+            summary = prune(db, retention)
+            print("toolmeter retention: " + "; ".join(summary.lines()), flush=True)
+        except ToolmeterError as e:
+            print(f"toolmeter retention failed (will try again): {e}", file=sys.stderr, flush=True)
+        if stop.wait(every_s):
+            return
 
 
 def _maintain_periodically(db: str, every_s: float, stop: threading.Event) -> None:

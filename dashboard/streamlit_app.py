@@ -6,6 +6,7 @@ Run with ``toolmeter dashboard --db PATH`` (binds 127.0.0.1) or
 
 from __future__ import annotations
 
+import os
 import sys
 from datetime import datetime, time, timedelta
 
@@ -16,7 +17,8 @@ from PIL import Image, ImageDraw
 from collector.errors import StoreError
 from collector.query.coverage import check_store
 from collector.query.ranking import Filters
-from collector.store.lake import redact
+from collector.store.lake import is_lake, redact
+from collector.store.payloads import payload_dir
 from dashboard import queries
 from dashboard.connection import db_path, run_query
 from dashboard.state import CACHE_TTL_S
@@ -48,6 +50,16 @@ def _options(path: str) -> tuple[dict[str, list[str]], tuple[object, object]]:
     return run_query(path, q)
 
 
+def _size(path: str) -> str:
+    """The store's size on disk (the file and its payload files), or what a lake is."""
+    if is_lake(path):
+        return "a DuckLake (size: its catalog and data path)"
+    total = os.path.getsize(path) if os.path.exists(path) else 0
+    for folder, _, names in os.walk(payload_dir(path)):
+        total += sum(os.path.getsize(os.path.join(folder, n)) for n in names)
+    return f"{total / 1e6:,.1f} MB on disk"
+
+
 def _sidebar() -> Filters | None:
     st.sidebar.caption(f"store: `{redact(DB)}`")
     try:
@@ -62,6 +74,7 @@ def _sidebar() -> Filters | None:
             "or load trace files with `toolmeter ingest FILE --db " + redact(DB) + "`."
         )
         return None
+    st.sidebar.caption(f"{_size(DB)} · calls from {first:%Y-%m-%d} to {last:%Y-%m-%d}")
     d0, d1 = first.date(), last.date()  # type: ignore[attr-defined]
     picked = st.sidebar.date_input("time range (UTC)", value=(d0, d1), min_value=d0, max_value=d1, key="f_dates")
     services = st.sidebar.multiselect("service / agent", options["services"], key="f_services")

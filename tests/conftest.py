@@ -37,11 +37,12 @@ def db_path(tmp_path: Path) -> str:
     return str(tmp_path / "toolmeter.duckdb")
 
 
-@pytest.fixture(scope="session")
-def counter():  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="session", params=["quicktok", "tiktoken"])
+def counter(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """Each exactness test runs with both counters: the fast one and tiktoken, the reference."""
     from collector.measure.tokens import TokenCounter
 
-    return TokenCounter("o200k_base")
+    return TokenCounter("o200k_base", request.param)
 
 
 NODE = shutil.which("node")

@@ -66,6 +66,8 @@ class Measurement:
 
     call: ToolCall = field(repr=False)
     encoding: str
+    counter: str
+    """Who counted the tokens (``TokenCounter.name``: counter and version)."""
     raw: Size
     view: Size
     view_source: str
@@ -133,6 +135,7 @@ class Measurement:
             "wrapper_tokens": self.wrapper.tokens,
             "view_join": call.view_join,
             "origin": call.origin,
+            "token_counter": self.counter,
         }
 
 

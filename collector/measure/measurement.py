@@ -97,7 +97,17 @@ def measure(call: ToolCall, counter: TokenCounter) -> Measurement:
     )  # fmt: skip
     payloads = {k: v for k, v in (("raw", texts.raw_data), ("view", texts.view_data)) if v is not None}
     return Measurement(
-        call, counter.encoding_name, raw, view, view_source, wrapper, truncation, shape, warnings, payloads
+        call,
+        counter.encoding_name,
+        counter.name,
+        raw,
+        view,
+        view_source,
+        wrapper,
+        truncation,
+        shape,
+        warnings,
+        payloads,
     )
 
 

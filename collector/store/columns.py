@@ -64,6 +64,7 @@ TOOL_CALLS: Final = pa.schema(
         ("wrapper_tokens", pa.int64()),
         ("view_join", pa.string()),
         ("origin", pa.string()),
+        ("token_counter", pa.string()),
     ]
 )
 """A row of ``tool_calls`` as the pipeline hands it over (one per measured tool call)."""

@@ -52,6 +52,7 @@ CREATE TABLE IF NOT EXISTS tool_calls (
     wrapper_tokens      BIGINT,             -- tokens the envelope added
     view_join           VARCHAR,            -- how a message view was matched: call_id | order_content | order
     origin              VARCHAR,            -- span | log | messages (derived from an LLM call's input)
+    token_counter       VARCHAR,            -- who counted the tokens, with its version: 'quicktok 0.4.0' | 'tiktoken 0.14.0'
     PRIMARY KEY (trace_id, span_id)
 );
 ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS retained_coverage DOUBLE;
@@ -60,6 +61,7 @@ ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS wrapper_bytes BIGINT;
 ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS wrapper_tokens BIGINT;
 ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS view_join VARCHAR;
 ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS origin VARCHAR;
+ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS token_counter VARCHAR;
 
 -- One row per model call, kept lightly for window cost and replay.
 CREATE TABLE IF NOT EXISTS llm_calls (
@@ -189,4 +191,15 @@ CREATE TABLE IF NOT EXISTS alerts (
     delivered_at    TIMESTAMP,             -- webhook delivery (at most once per alert)
     delivery_attempts INTEGER DEFAULT 0,
     delivery_error  VARCHAR                -- last delivery failure, shown until delivered
+);
+
+-- One row per retention run (collector/store/retention.py): what it removed, so a missing
+-- payload can be told apart from one that was never stored.
+CREATE TABLE IF NOT EXISTS retention_runs (
+    pruned_at        TIMESTAMP,
+    rows_before      TIMESTAMP,          -- rows of calls that started before this were removed
+    payloads_before  TIMESTAMP,          -- payloads of calls that started before this were removed
+    capped           BOOLEAN,            -- the size cap removed more than the retentions did
+    removed          JSON,               -- rows removed per table
+    size_after       BIGINT              -- bytes the store used afterwards (NULL on a lake)
 );

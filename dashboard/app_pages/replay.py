@@ -9,6 +9,7 @@ import streamlit as st
 
 from collector.query.ranking import Filters
 from collector.store.payloads import Payload, load_payload
+from collector.store.retention import payloads_removed_before
 from dashboard import charts, queries
 from dashboard.connection import run_query
 from dashboard.excerpt import VIEW_HEAD_CHARS, VIEW_TAIL_CHARS, excerpt, preview, stored_text, to_html
@@ -42,8 +43,11 @@ def _trace(path: str, trace_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
 def _call(path: str, trace_id: str, span_id: str) -> tuple[dict[str, Any] | None, Payload | None, Payload | None]:
     def q(con: Any) -> tuple[dict[str, Any] | None, Payload | None, Payload | None]:
+        call = queries.tool_call(con, trace_id, span_id)
+        if call is not None:
+            call["payloads_pruned_before"] = payloads_removed_before(con)
         return (
-            queries.tool_call(con, trace_id, span_id),
+            call,
             load_payload(con, path, trace_id, span_id, "raw"),
             load_payload(con, path, trace_id, span_id, "view"),
         )
@@ -160,7 +164,11 @@ for w in call["warnings"] or []:
 left, right = st.columns(2)
 with left:
     st.markdown("**Raw result** (what the tool produced; retained ranges marked)")
-    if raw is None:
+    pruned = call["payloads_pruned_before"]
+    if raw is None and pruned is not None and call["start_time"] < pruned:
+        st.info(f"Payload removed by retention: payloads of calls before {pruned:%Y-%m-%d %H:%M} UTC were pruned "
+                "(`--retain-payloads`, TOOLMETER_RETAIN_PAYLOADS). The figures above are kept.")  # fmt: skip
+    elif raw is None:
         st.info("No raw payload stored for this call (numbers-only store, or the span carried none).")
     else:
         if raw.cut:

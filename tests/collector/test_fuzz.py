@@ -793,10 +793,12 @@ def test_a_100_mb_single_line_with_no_cut_points_and_bad_ranges(counter: TokenCo
     measured = measure(call, counter)
     row, payloads = measured.row(), measured.payloads
     assert row["raw_bytes"] == 100_000_000 and payloads["raw"] is raw
-    assert row["raw_tokens_exact"] is False and row["raw_tokens"] > 10_000_000
+    # quicktok counts any run in linear time, exactly; tiktoken's count is cut into pieces and says so
+    fast = counter.name.startswith("quicktok")
+    assert row["raw_tokens_exact"] is fast and row["raw_tokens"] > 10_000_000
     assert row["retained_ranges"] == [[0, 9000], [99_999_000, 100_000_000]]
     assert row["retained_bytes"] == 10_000 and row["view_bytes"] == 10_000
-    for word in ("empty or reversed", "clipped", "merged", "approximate"):
+    for word in ("empty or reversed", "clipped", "merged", *(() if fast else ("approximate",))):
         assert any(word in w for w in row["warnings"]), word
 
 

@@ -14,6 +14,7 @@ from collector.measure.measurement import (
     parse_ranges,
     schema_of,
 )
+from collector.measure.tokens import get_encoding
 from collector.model import ToolCall
 from tests.conftest import realworld
 
@@ -183,7 +184,7 @@ def test_json_nested_10000_deep_is_measured_without_a_fingerprint(counter) -> No
     raw = "[" * 10_000 + "]" * 10_000
     row = measure(call(raw=raw), counter).row()
     assert row["raw_bytes"] == 20_000
-    assert row["raw_tokens"] == len(counter._enc.encode_ordinary(raw))
+    assert row["raw_tokens"] == len(get_encoding("o200k_base").encode_ordinary(raw))
     assert row["schema_fingerprint"] is None
     assert any("nested deeper" in w for w in row["warnings"])
 
@@ -206,7 +207,7 @@ ROW_KEYS = [
     "over_budget", "view_over_budget", "truncated", "truncation_source", "truncation_kind", "retained_ranges",
     "retained_source", "retained_bytes", "retained_coverage", "omitted_bytes", "shape", "shape_source",
     "schema_fingerprint", "schema_fields", "arguments", "warnings", "raw_wrapper", "wrapper_bytes", "wrapper_tokens",
-    "view_join", "origin",
+    "view_join", "origin", "token_counter",
 ]  # fmt: skip
 
 

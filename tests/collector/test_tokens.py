@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import tiktoken
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tiktoken_ext import openai_public
 
 from collector.errors import ConfigError
@@ -77,16 +79,21 @@ def test_unknown_encoding_is_named() -> None:
 
 @pytest.mark.parametrize("name", realworld_names())
 @pytest.mark.parametrize("encoding", tokens.ENCODINGS)
-def test_counts_equal_tiktoken_on_real_payloads(name: str, encoding: str) -> None:
+@pytest.mark.parametrize("which", ["quicktok", "tiktoken"])
+def test_counts_equal_tiktoken_on_real_payloads(name: str, encoding: str, which: str) -> None:
     text = realworld(name).decode("utf-8")
-    counted = tokens.TokenCounter(encoding).count(text)
+    counted = tokens.TokenCounter(encoding, which).count(text)
     assert counted.exact
     assert counted.tokens == len(tokens.get_encoding(encoding).encode_ordinary(text))
 
 
+def _reference(text: str, encoding: str = "o200k_base") -> int:
+    return len(tokens.get_encoding(encoding).encode_ordinary(text))
+
+
 def test_special_token_text_is_counted_as_text(counter) -> None:  # type: ignore[no-untyped-def]
     text = "before <|endoftext|> after"
-    assert counter.count(text).tokens == len(counter._enc.encode_ordinary(text))
+    assert counter.count(text).tokens == _reference(text)
     assert counter.count(text).tokens > 3
 
 
@@ -95,12 +102,120 @@ def test_chunked_count_is_exact_across_chunk_boundaries(counter) -> None:  # typ
     assert len(text) > 4 * tokens.CHUNK_CHARS
     counted = counter.count(text)
     assert counted.exact
-    assert counted.tokens == len(counter._enc.encode_ordinary(text))
+    assert counted.tokens == _reference(text)
 
 
-def test_long_run_without_breaks_is_counted_and_flagged_approximate(counter) -> None:  # type: ignore[no-untyped-def]
+def test_long_run_without_breaks_is_counted_and_flagged_when_approximate(counter) -> None:  # type: ignore[no-untyped-def]
     text = "x" * (tokens.CHUNK_CHARS * 3)
     counted = counter.count(text)
-    assert not counted.exact
-    exact = len(counter._enc.encode_ordinary(text))
-    assert abs(counted.tokens - exact) <= exact * 0.01
+    exact = _reference(text)
+    if counter.name.startswith("quicktok"):
+        assert counted.exact and counted.tokens == exact  # linear in any run: counted whole, exactly
+    else:
+        assert not counted.exact and abs(counted.tokens - exact) <= exact * 0.01
+
+
+def test_the_counter_names_itself_with_its_version() -> None:
+    import importlib.metadata
+
+    assert tokens.TokenCounter().name == f"quicktok {importlib.metadata.version('quicktok-v1')}"
+    assert tokens.TokenCounter(counter="tiktoken").name == f"tiktoken {tiktoken.__version__}"
+
+
+@pytest.mark.parametrize("encoding", tokens.ENCODINGS)
+def test_the_self_check_counts_are_tiktokens(encoding: str) -> None:
+    assert tokens.SELF_CHECK_COUNTS[encoding] == tuple(_reference(t, encoding) for t in tokens.SELF_CHECK)
+
+
+def test_without_quicktok_tiktoken_counts_and_forcing_quicktok_says_what_to_do(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(tokens.importlib.util, "find_spec", lambda name: None)
+    with caplog.at_level("INFO", logger="toolmeter"):
+        counter = tokens.TokenCounter()
+    assert counter.name.startswith("tiktoken ") and counter.count("hello world").tokens == 2
+    assert "quicktok is not installed" in caplog.text
+    with pytest.raises(
+        ConfigError, match=r"TOOLMETER_COUNTER=quicktok: quicktok is not installed.*TOOLMETER_COUNTER=tiktoken"
+    ):
+        tokens.TokenCounter(counter="quicktok")
+
+
+def test_a_fast_counter_that_fails_its_self_check_is_not_trusted(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setitem(tokens.SELF_CHECK_COUNTS, "o200k_base", (1, 2, 3, 4, 5))  # as if quicktok had drifted
+    with caplog.at_level("INFO", logger="toolmeter"):
+        assert tokens.TokenCounter().name.startswith("tiktoken ")
+    assert "differ from tiktoken's" in caplog.text
+
+
+def test_an_unknown_counter_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"counter='fast'.*auto, quicktok, tiktoken"):
+        tokens.TokenCounter(counter="fast")
+
+
+_SPECIALS = ["<|endoftext|>", "<|endofprompt|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|im_start|>"]
+_ODD = [
+    "\u200b",
+    "\u200c",
+    "\u200d",
+    "\ufeff",
+    "\u00a0",
+    "\u3000",
+    "\r\n",
+    "\t",
+    "👩\u200d👩\u200d👧",
+    "🚀",
+    "e\u0301",
+    "ß",
+    "ﬁ",
+]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    parts=st.lists(
+        st.text(max_size=40)
+        | st.sampled_from(_SPECIALS + _ODD)
+        | st.builds(
+            lambda c, n: c * n, st.sampled_from("x9 \n-=日🚀"), st.integers(1, 3000)
+        ),  # long single runs of one character
+        max_size=12,
+    ),
+    encoding=st.sampled_from(tokens.ENCODINGS),
+)
+def test_quicktok_counts_equal_tiktoken_on_random_text(parts: list[str], encoding: str) -> None:
+    text = "".join(parts)
+    assert _quicktok_counter(encoding).count(text).tokens == _reference(text, encoding)
+
+
+def _quicktok_counter(encoding: str) -> tokens.TokenCounter:
+    counter = _QUICKTOK.get(encoding)
+    if counter is None:
+        counter = _QUICKTOK[encoding] = tokens.TokenCounter(encoding, "quicktok")
+    return counter
+
+
+_QUICKTOK: dict[str, tokens.TokenCounter] = {}
+
+
+def test_both_counters_store_the_same_figures_for_the_sample_traces(tmp_path: Path) -> None:
+    import duckdb
+
+    from collector.config import CollectorConfig
+    from collector.ingest import ingest_files
+    from tests.conftest import SAMPLE_TRACES
+
+    files = sorted(str(p) for p in Path(SAMPLE_TRACES).glob("*.json*"))[:3]
+    rows = {}
+    for which in ("quicktok", "tiktoken"):
+        db = str(tmp_path / f"{which}.duckdb")
+        ingest_files(files, CollectorConfig(db=db, counter=which))
+        with duckdb.connect(db, read_only=True) as con:
+            names = {n for (n,) in con.execute("SELECT DISTINCT token_counter FROM tool_calls").fetchall()}
+            assert names == {tokens.TokenCounter(counter=which).name}  # each row says who counted it
+            rows[which] = con.execute(
+                "SELECT * EXCLUDE (token_counter) FROM tool_calls ORDER BY trace_id, span_id"
+            ).fetchall()
+    assert len(rows["quicktok"]) > 100 and rows["quicktok"] == rows["tiktoken"]

@@ -203,3 +203,28 @@ def test_replay_ordered_by_truncation_opens_a_truncated_call_and_numbers_steps_a
 def test_tool_detail_opens_on_the_top_eater(monkeypatch: pytest.MonkeyPatch, sample_store: str) -> None:
     at = run_app(monkeypatch, sample_store, "app_pages/tool_detail.py")
     assert at.selectbox(key="detail_tool").value == "search_orders"  # not the alphabetically first tool
+
+
+def test_replay_says_a_payload_was_removed_by_retention(
+    monkeypatch: pytest.MonkeyPatch, sample_store: str, tmp_path: Path
+) -> None:
+    import shutil
+    from datetime import datetime, timedelta
+
+    import duckdb
+
+    from collector.store.payloads import payload_dir
+    from collector.store.retention import Retention, prune
+
+    db = str(tmp_path / "pruned.duckdb")
+    shutil.copy(sample_store, db)
+    shutil.copytree(payload_dir(sample_store), payload_dir(db))
+    prune(db, Retention(rows=None, payloads=timedelta(days=1)), now=datetime(2026, 11, 20))
+    with duckdb.connect(db, read_only=True) as con:
+        trace_id, span_id = con.execute(
+            "SELECT trace_id, span_id FROM tool_calls WHERE start_time < '2026-11-12' ORDER BY raw_bytes DESC LIMIT 1"
+        ).fetchone()  # type: ignore[misc]
+    at = run_app(monkeypatch, db, "app_pages/replay.py", trace=trace_id, span=span_id)
+    assert not at.exception
+    assert any("removed by retention" in i.value and "2026-11-19" in i.value for i in at.info)
+    assert any("MB on disk" in c.value and "calls from 2026-11-09" in c.value for c in at.sidebar.caption)

@@ -1,0 +1,395 @@
+"""Keeping the store bounded: rows older than a retention, payloads older than a shorter one,
+and an optional cap on the store's size.
+
+What goes, in this order:
+
+1. payloads (the raw and view bytes kept for replay) of tool calls that started before the
+   payload cutoff, and message views carried by LLM calls before it; the figures stay;
+2. rows (tool calls, LLM calls, their payloads, ingest issues, resolved alerts) before the
+   row cutoff;
+3. with a size cap, while the store is over it: the oldest remaining payloads, a tenth at a
+   time, then the oldest rows;
+4. payload files no row points at any more (older than :data:`BLOB_GRACE`, so a batch that
+   wrote its blobs and has not committed yet keeps them).
+
+Rows go by their own start time, so every call that started after the cutoff keeps its
+figures, and rankings over the kept window do not change. Each run is recorded in
+``retention_runs``, so the replay can say a payload was removed by retention rather than
+never stored. Deleting does not shrink a DuckDB file (freed blocks are reused by later
+writes); ``compact=True`` rewrites the file when a quarter of it is free, which needs the
+file to itself (``toolmeter prune``, not a running ``serve``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import duckdb
+
+from collector.config import DEFAULT_RETAIN, DEFAULT_RETAIN_PAYLOADS
+from collector.errors import InputError, StoreError
+from collector.store import lake as L
+from collector.store.connection import connect, transaction
+from collector.store.database import Store
+from collector.store.payloads import payload_dir
+
+BLOB_GRACE = timedelta(minutes=10)
+"""Unreferenced payload files younger than this are kept: their batch may not have committed yet."""
+COMPACT_WHEN_FREE = 0.25
+"""Rewrite a DuckDB file (with ``compact``) when at least this share of it is free blocks."""
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long rows and payloads are kept (None: forever), and the store's size cap in bytes."""
+
+    rows: timedelta | None = DEFAULT_RETAIN
+    payloads: timedelta | None = DEFAULT_RETAIN_PAYLOADS
+    max_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("rows", "payloads"):
+            value = getattr(self, name)
+            if value is not None and value <= timedelta(0):
+                raise InputError(f"retention {name}={value} must be longer than zero (or None: keep forever)")
+        if self.max_bytes is not None and self.max_bytes < 1:
+            raise InputError(f"max_bytes={self.max_bytes!r} must be a positive number of bytes")
+
+
+@dataclass
+class PruneSummary:
+    """What a run removed, and the store's size before and after (bytes; None on a lake)."""
+
+    rows_before: datetime | None
+    payloads_before: datetime | None
+    removed: dict[str, int] = field(default_factory=dict)
+    payload_files: int = 0
+    payload_file_bytes: int = 0
+    size_before: int | None = None
+    size_after: int | None = None
+    file_bytes_after: int | None = None
+    compacted: bool = False
+    capped: bool = False
+
+    def lines(self) -> list[str]:
+        when = [f"rows before {_day(self.rows_before)}", f"payloads before {_day(self.payloads_before)}"]
+        out = ["removed " + ", ".join(when) + (" (and the oldest, to fit the size cap)" if self.capped else "")]
+        out.append(", ".join(f"{table} {n:,}" for table, n in self.removed.items() if n) or "nothing to remove")
+        if self.payload_files:
+            out.append(f"payload files {self.payload_files:,} ({_mb(self.payload_file_bytes)})")
+        if self.size_before is not None and self.size_after is not None:
+            out.append(f"store {_mb(self.size_before)} -> {_mb(self.size_after)}"
+                       + (f" (file {_mb(self.file_bytes_after)}, rewritten)" if self.compacted else ""))  # fmt: skip
+        return out
+
+
+def _day(t: datetime | None) -> str:
+    return "never (kept forever)" if t is None else f"{t:%Y-%m-%d %H:%M} UTC"
+
+
+def _mb(n: int | None) -> str:
+    return "unknown" if n is None else f"{n / 1e6:,.1f} MB"
+
+
+def prune(store: str, retention: Retention, *, now: datetime | None = None, compact: bool = False) -> PruneSummary:
+    """Apply ``retention`` to ``store`` (a DuckDB file or a lake); returns what was removed.
+
+    Raises:
+        InputError: a size cap on a lake (its size is its object store's: prune by time).
+        StoreError: the store cannot be opened or written.
+    """
+    lake = L.is_lake(store)
+    if lake and retention.max_bytes is not None:
+        raise InputError(
+            "a size cap applies to a DuckDB file; on a DuckLake prune by time (--retain, --retain-payloads)"
+        )
+    Store(store).ensure_schema()
+    now = (now or datetime.now(UTC)).replace(tzinfo=None)
+    rows_cut = now - retention.rows if retention.rows is not None else None
+    payloads_cut = now - retention.payloads if retention.payloads is not None else None
+    if rows_cut is not None and (payloads_cut is None or payloads_cut < rows_cut):
+        payloads_cut = rows_cut  # a payload never outlives its row
+    summary = PruneSummary(rows_cut, payloads_cut)
+    summary.size_before = None if lake else store_bytes(store)
+    _remove(store, summary, payloads_cut, rows_cut)
+    if not lake:
+        summary.payload_files, summary.payload_file_bytes = _remove_unreferenced_blobs(store)
+        if retention.max_bytes is not None:
+            _fit(store, summary, retention.max_bytes, compact)
+    _record(store, summary, now)
+    if not lake:
+        # last, after the record is written: a rewrite also takes in what the record added
+        summary.compacted = _compact(store, always=summary.compacted) if compact else False
+        if not compact:
+            _checkpoint(store)
+        summary.size_after = store_bytes(store)
+        summary.file_bytes_after = os.path.getsize(store)
+    return summary
+
+
+def _remove(store: str, summary: PruneSummary, payloads_cut: datetime | None, rows_cut: datetime | None) -> None:
+    def work(con: duckdb.DuckDBPyConnection) -> None:
+        if payloads_cut is not None:
+            _count(summary, "payloads", con, _PAYLOADS_OF_CALLS_BEFORE, [payloads_cut])
+            _count(summary, "message_views", con, "DELETE FROM message_views WHERE llm_start_ns < ?",
+                   [_ns(payloads_cut)])  # fmt: skip
+        if rows_cut is not None:
+            _count(summary, "payloads", con, _PAYLOADS_OF_CALLS_BEFORE, [rows_cut])
+            for table, sql in _ROWS_BEFORE:
+                _count(summary, table, con, sql, [rows_cut])
+
+    _write(store, work)
+
+
+_PAYLOADS_OF_CALLS_BEFORE = """
+    DELETE FROM payloads WHERE (trace_id, span_id) IN (
+        SELECT (trace_id, span_id) FROM tool_calls WHERE start_time < ?)"""
+
+_ROWS_BEFORE = (
+    ("tool_calls", "DELETE FROM tool_calls WHERE start_time < ?"),
+    ("llm_calls", "DELETE FROM llm_calls WHERE start_time < ?"),
+    ("ingest_issues", "DELETE FROM ingest_issues WHERE logged_at < ?"),
+    ("alerts", "DELETE FROM alerts WHERE state = 'resolved' AND change_at < ?"),
+)
+
+
+def _count(summary: PruneSummary, table: str, con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> None:
+    row = con.execute(sql, params).fetchone()
+    summary.removed[table] = summary.removed.get(table, 0) + (int(row[0]) if row else 0)
+
+
+def _ns(t: datetime) -> int:
+    return int(t.replace(tzinfo=UTC).timestamp() * 1e9)
+
+
+def _write(store: str, work: Any) -> Any:
+    con = connect(store, read_only=False)
+    try:
+        with transaction(con):
+            return work(con)
+    except duckdb.Error as e:
+        raise StoreError(f"pruning {L.redact(store)} failed: {L.redact(str(e))}") from e
+    finally:
+        con.close()
+
+
+def store_bytes(store: str) -> int:
+    """The bytes a DuckDB store uses: its used blocks and write-ahead log, and its payload files
+    (free blocks of the file, which later writes reuse, are not counted)."""
+    con = connect(store, read_only=True)
+    try:
+        row = con.execute("SELECT block_size, used_blocks FROM pragma_database_size()").fetchone()
+    finally:
+        con.close()
+    used = int(row[0]) * int(row[1]) if row else os.path.getsize(store)
+    wal = store + ".wal"
+    used += os.path.getsize(wal) if os.path.exists(wal) else 0
+    return used + sum(size for _, size, _ in _blobs(store))
+
+
+def _blobs(store: str) -> list[tuple[str, int, float]]:
+    """(path, bytes, mtime) of every payload file of the store."""
+    out = []
+    root = payload_dir(store)
+    for folder, _, names in os.walk(root):
+        for name in names:
+            if name.endswith(".gz"):
+                path = os.path.join(folder, name)
+                try:
+                    st = os.stat(path)
+                except FileNotFoundError:
+                    continue
+                out.append((path, st.st_size, st.st_mtime))
+    return out
+
+
+def _remove_unreferenced_blobs(store: str) -> tuple[int, int]:
+    con = connect(store, read_only=True)
+    try:
+        referenced = {
+            r[0] for r in con.execute("SELECT DISTINCT blob_id FROM payloads WHERE blob_id IS NOT NULL").fetchall()
+        }
+    finally:
+        con.close()
+    grace = time.time() - BLOB_GRACE.total_seconds()
+    files = removed = 0
+    for path, size, mtime in _blobs(store):
+        if os.path.basename(path).removesuffix(".gz") in referenced or mtime > grace:
+            continue
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            continue
+        files += 1
+        removed += size
+    return files, removed
+
+
+def _fit(store: str, summary: PruneSummary, max_bytes: int, compact: bool) -> None:
+    """Remove the oldest payloads, then the oldest rows, a tenth at a time, until the store fits.
+
+    A DuckDB file frees a block only when all of its rows are gone, so its used size lags
+    behind deletes: the rounds go by an estimate (payload files exactly; the file's inline
+    payloads exactly; the rest of the file in proportion to the tool calls left), so they
+    never remove more than the cap asks for. With ``compact`` the file is then rewritten and
+    measured, and rounds go on until the measured size fits.
+    """
+    base = _Sizes.of(store)
+
+    def estimate() -> float:
+        now = _Sizes.of(store)
+        rest = max(base.db - base.inline, 0) * (now.calls / base.calls if base.calls else 0)
+        return now.files + now.inline + rest
+
+    for what in ("payloads", "rows"):
+        while estimate() > max_bytes and _remove_tenth(store, summary, what):
+            pass
+    if not compact:
+        return
+    summary.compacted = _compact(store, always=True)
+    # room for two blocks: the record of this run, and the file's metadata, written after
+    limit = max_bytes - 2 * _block_size(store)
+    for what in ("payloads", "rows"):
+        while store_bytes(store) > limit and _remove_tenth(store, summary, what):
+            _compact(store, always=True)
+
+
+def _block_size(store: str) -> int:
+    con = connect(store, read_only=True)
+    try:
+        row = con.execute("SELECT block_size FROM pragma_database_size()").fetchone()
+    finally:
+        con.close()
+    return int(row[0]) if row else 262_144
+
+
+@dataclass(frozen=True)
+class _Sizes:
+    db: int
+    inline: int
+    files: int
+    calls: int
+
+    @classmethod
+    def of(cls, store: str) -> _Sizes:
+        con = connect(store, read_only=True)
+        try:
+            block, used = con.execute("SELECT block_size, used_blocks FROM pragma_database_size()").fetchone() or (0, 0)
+            inline, calls = con.execute(
+                "SELECT (SELECT coalesce(sum(octet_length(inline)), 0) FROM payloads), (SELECT count(*) FROM tool_calls)"
+            ).fetchone() or (0, 0)
+        finally:
+            con.close()
+        return cls(int(block) * int(used), int(inline), sum(size for _, size, _ in _blobs(store)), int(calls))
+
+
+def _remove_tenth(store: str, summary: PruneSummary, what: str) -> bool:
+    """Remove the oldest tenth of the calls' payloads (``what='payloads'``) or rows; False when none are left."""
+    cut = _oldest_tenth(store, what)
+    if cut is None:
+        return False
+    summary.capped = True
+    # what the cap removed is recorded as the cutoffs, so the replay can say so
+    summary.payloads_before = max(summary.payloads_before or cut, cut)
+    if what == "rows":
+        summary.rows_before = max(summary.rows_before or cut, cut)
+    statements = (("payloads", _PAYLOADS_OF_CALLS_BEFORE),) + (_ROWS_BEFORE if what == "rows" else ())
+
+    def work(con: duckdb.DuckDBPyConnection) -> None:
+        for table, sql in statements:
+            _count(summary, table, con, sql, [cut])
+
+    _write(store, work)
+    files, size = _remove_unreferenced_blobs(store)
+    summary.payload_files += files
+    summary.payload_file_bytes += size
+    return True
+
+
+def _oldest_tenth(store: str, what: str) -> datetime | None:
+    """The start time below which lie the oldest tenth of the calls with payloads (or of all calls)."""
+    source = (
+        "tool_calls t JOIN (SELECT DISTINCT trace_id, span_id FROM payloads) p USING (trace_id, span_id)"
+        if what == "payloads" else "tool_calls t"
+    )  # fmt: skip
+    con = connect(store, read_only=True)
+    try:
+        row = con.execute(
+            f"SELECT quantile_disc(t.start_time, 0.1), max(t.start_time), count(*) FROM {source}"
+        ).fetchone()
+    finally:
+        con.close()
+    if not row or not row[2]:
+        return None
+    cut: datetime = row[0]
+    return cut + timedelta(microseconds=1)  # just after the tenth's last call: each round removes one or more
+
+
+def _checkpoint(store: str) -> None:
+    con = connect(store, read_only=False)
+    try:
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+
+
+def _compact(store: str, always: bool = False) -> bool:
+    """Rewrite the DuckDB file without its free blocks (when they are a quarter of it or more,
+    or ``always``). Needs the file to itself: not from inside a process that writes to it."""
+    con = connect(store, read_only=False, wait_s=0)
+    try:
+        con.execute("CHECKPOINT")
+        row = con.execute("SELECT total_blocks, free_blocks FROM pragma_database_size()").fetchone()
+    finally:
+        con.close()
+    if not always and (not row or not row[0] or row[1] / row[0] < COMPACT_WHEN_FREE):
+        return False
+    fresh = store + ".compact.tmp"
+    if os.path.exists(fresh):
+        os.remove(fresh)
+    con = duckdb.connect()
+    try:
+        # the old file stays attached (and locked) until the new one has its name, so no
+        # writer in another process can write to the old file in between
+        con.execute(f"ATTACH {_quoted(store)} AS old")  # ATTACH takes no parameters
+        con.execute(f"ATTACH {_quoted(fresh)} AS fresh")
+        con.execute("COPY FROM DATABASE old TO fresh")
+        con.execute("DETACH fresh")
+        os.replace(fresh, store)  # atomic: a reader sees the old file or the new one
+    except duckdb.Error as e:
+        raise StoreError(f"rewriting {store} failed (the store is unchanged): {e}") from e
+    finally:
+        con.close()
+    return True
+
+
+def _quoted(path: str) -> str:
+    return "'" + path.replace("'", "''") + "'"
+
+
+def _record(store: str, summary: PruneSummary, now: datetime) -> None:
+    removed = json.dumps(summary.removed)
+
+    def work(con: duckdb.DuckDBPyConnection) -> None:
+        con.execute(
+            "INSERT INTO retention_runs VALUES (?, ?, ?, ?, ?, ?)",
+            [now, summary.rows_before, summary.payloads_before, summary.capped, removed, summary.size_after],
+        )
+
+    _write(store, work)
+
+
+def payloads_removed_before(con: duckdb.DuckDBPyConnection) -> datetime | None:
+    """The latest payload cutoff retention applied to this store (None: never pruned, or a store
+    from before retention)."""
+    try:
+        row = con.execute("SELECT max(payloads_before) FROM retention_runs").fetchone()
+    except duckdb.CatalogException:
+        return None
+    value = row[0] if row else None
+    return value if isinstance(value, datetime) else None

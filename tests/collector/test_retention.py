@@ -1,0 +1,170 @@
+"""Retention: a store fed 60 days of real SDK spans keeps what the retention says, no more, no less."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from collector.errors import ConfigError, InputError
+from collector.query.ranking import Filters, ranking
+from collector.store.payloads import payload_dir
+from collector.store.retention import Retention, payloads_removed_before, prune, store_bytes
+
+NOW = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+DAYS = 60
+
+
+def _feed(db: str) -> None:
+    """60 days of runs, four a day: a small lookup, a 20-40 KB search (its payloads go to
+    files), then an LLM call that reads both (so window costs are real)."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from collector import ToolResultProcessor
+
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(ToolResultProcessor(db=db, flush_interval=0.05))
+    tracer = provider.get_tracer("retention-test")
+    for day in range(DAYS):
+        for run in range(4):
+            t0 = NOW - timedelta(days=DAYS - day - 0.5, hours=run)
+            ns = int(t0.replace(tzinfo=UTC).timestamp() * 1e9)
+            root = tracer.start_span("run", start_time=ns)
+            with trace.use_span(root, end_on_exit=False):
+                rows = "\n".join(
+                    f"order {day}-{run}-{i}: {hashlib.sha1(f'{day}{run}{i}'.encode()).hexdigest()[:24]}"
+                    for i in range(300 + 100 * run)
+                )  # fmt: skip
+                for k, (tool, result) in enumerate((("lookup", f"customer {day}-{run} is active"), ("search", rows))):
+                    span = tracer.start_span(
+                        "execute_tool", start_time=ns + k * 10**6,
+                        attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
+                                    "gen_ai.tool.call.id": f"c{day}-{run}-{k}", "gen_ai.tool.call.result": result},
+                    )  # fmt: skip
+                    span.end(end_time=ns + k * 10**6 + 5 * 10**5)
+                llm = tracer.start_span(
+                    "chat", start_time=ns + 5 * 10**6,
+                    attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
+                                "gen_ai.usage.input_tokens": 9000, "gen_ai.usage.output_tokens": 20},
+                )  # fmt: skip
+                llm.end(end_time=ns + 6 * 10**6)
+            root.end(end_time=ns + 7 * 10**6)
+    provider.shutdown()
+
+
+@pytest.fixture(scope="module")
+def fed(tmp_path_factory: pytest.TempPathFactory) -> str:
+    db = str(tmp_path_factory.mktemp("retention") / "sixty-days.duckdb")
+    _feed(db)
+    return db
+
+
+def _copy(db: str, tmp_path: Path) -> str:
+    import shutil
+
+    target = str(tmp_path / "store.duckdb")
+    shutil.copy(db, target)
+    shutil.copytree(payload_dir(db), payload_dir(target))
+    # written seconds ago, but standing for files of past days: older than the grace that
+    # protects the blobs of a batch not committed yet
+    an_hour_ago = (NOW - timedelta(hours=1)).replace(tzinfo=UTC).timestamp()
+    for folder, _, names in os.walk(payload_dir(target)):
+        for name in names:
+            os.utime(os.path.join(folder, name), (an_hour_ago, an_hour_ago))
+    return target
+
+
+def _ranking(db: str, since: datetime) -> list[dict[str, object]]:
+    with duckdb.connect(db, read_only=True) as con:
+        return ranking(con, Filters(since=since))
+
+
+def test_sixty_days_keep_thirty_payloads_seven_and_the_kept_rankings_do_not_move(fed: str, tmp_path: Path) -> None:
+    db = _copy(fed, tmp_path)
+    kept_window = NOW - timedelta(days=30)
+    before = _ranking(db, kept_window)
+    with duckdb.connect(db, read_only=True) as con:
+        first, calls = con.execute("SELECT min(start_time), count(*) FROM tool_calls").fetchone()  # type: ignore[misc]
+    assert first < NOW - timedelta(days=59) and calls == DAYS * 4 * 2
+
+    summary = prune(db, Retention(rows=timedelta(days=30), payloads=timedelta(days=7)), now=NOW)
+
+    with duckdb.connect(db, read_only=True) as con:
+        oldest_row = con.execute("SELECT min(start_time) FROM tool_calls").fetchone()[0]  # type: ignore[index]
+        oldest_llm = con.execute("SELECT min(start_time) FROM llm_calls").fetchone()[0]  # type: ignore[index]
+        oldest_payload = con.execute(
+            "SELECT min(t.start_time) FROM payloads p JOIN tool_calls t USING (trace_id, span_id)"
+        ).fetchone()[0]  # type: ignore[index]
+        kept_calls = con.execute("SELECT count(*) FROM tool_calls").fetchone()[0]  # type: ignore[index]
+        with_payload = con.execute("SELECT count(DISTINCT (trace_id, span_id)) FROM payloads").fetchone()[0]  # type: ignore[index]
+        blobs = {r[0] for r in con.execute("SELECT blob_id FROM payloads WHERE blob_id IS NOT NULL").fetchall()}
+        assert payloads_removed_before(con) == NOW - timedelta(days=7)
+    assert oldest_row >= kept_window and oldest_llm >= kept_window
+    assert oldest_payload >= NOW - timedelta(days=7)
+    assert kept_calls == 30 * 4 * 2 and with_payload == 7 * 4 * 2  # whole days: each run is at noon minus hours
+    files = {Path(p).name.removesuffix(".gz") for _, _, names in os.walk(payload_dir(db)) for p in names}
+    assert files == blobs  # the payload files of removed calls are gone, the kept ones all there
+    assert _ranking(db, kept_window) == before  # rankings over the kept window are unchanged
+    assert summary.removed["tool_calls"] == 30 * 4 * 2 and summary.removed["llm_calls"] == 30 * 4
+    assert summary.payload_files == 53 * 2  # the two larger searches a day (over 16 KiB: in files), 53 days
+    lines = "\n".join(summary.lines())
+    assert "tool_calls 240" in lines and "llm_calls 120" in lines and "payload files 106" in lines
+
+
+def test_a_size_cap_removes_the_oldest_payloads_then_rows_and_the_file_fits(fed: str, tmp_path: Path) -> None:
+    db = _copy(fed, tmp_path)
+    full = store_bytes(db)
+    cap = full * 2 // 3
+    summary = prune(db, Retention(rows=None, payloads=None, max_bytes=cap), now=NOW, compact=True)
+    assert summary.capped and summary.size_before == full
+    assert store_bytes(db) <= cap and summary.size_after is not None and summary.size_after <= cap
+    assert (
+        os.path.getsize(db)
+        + sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(payload_dir(db)) for n in names)
+        <= cap
+    )  # the file itself, rewritten without its free blocks, is within the cap too
+    with duckdb.connect(db, read_only=True) as con:
+        newest = con.execute("SELECT max(start_time) FROM tool_calls").fetchone()[0]  # type: ignore[index]
+        newest_payload = con.execute(
+            "SELECT max(t.start_time) FROM payloads p JOIN tool_calls t USING (trace_id, span_id)"
+        ).fetchone()[0]  # type: ignore[index]
+        cut = payloads_removed_before(con)
+    assert newest > NOW - timedelta(days=1) and newest_payload == newest  # the newest are what stays
+    assert summary.removed["payloads"] > 0 and summary.removed.get("tool_calls", 0) == 0  # payloads went first
+    assert cut is not None and cut > NOW - timedelta(days=DAYS)  # what the cap removed is on record
+
+
+def test_prune_on_the_command_line_prints_what_went(
+    fed: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from collector.cli import main
+
+    db = _copy(fed, tmp_path)
+    assert main(["prune", "--db", db, "--retain", "45d", "--retain-payloads", "forever"]) == 0
+    out = capsys.readouterr().out
+    assert f"pruned {db}:" in out and "rows before" in out and "tool_calls 120" in out
+    assert main(["prune", "--db", db, "--retain", "soon"]) == 2  # a bad age stops with its name, nothing removed
+    err = capsys.readouterr().err
+    assert "--retain='soon' is not an age" in err
+
+
+def test_retention_settings_are_checked_and_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    from collector import config
+
+    assert config.retention() == (timedelta(days=30), timedelta(days=7), None)
+    monkeypatch.setenv("TOOLMETER_RETAIN", "90d")
+    monkeypatch.setenv("TOOLMETER_RETAIN_PAYLOADS", "forever")
+    monkeypatch.setenv("TOOLMETER_MAX_STORE_BYTES", "2GiB")
+    assert config.retention() == (timedelta(days=90), None, 2 * 2**30)
+    monkeypatch.setenv("TOOLMETER_RETAIN", "a month")
+    with pytest.raises(ConfigError, match="TOOLMETER_RETAIN='a month' is not an age; write 30d"):
+        config.retention()
+    with pytest.raises(InputError, match="longer than zero"):
+        Retention(rows=timedelta(0))
+    with pytest.raises(InputError, match="size cap applies to a DuckDB file"):
+        prune("ducklake:postgres:dbname=x", Retention(max_bytes=10**9))
