@@ -159,3 +159,30 @@ def test_a_lake_made_by_an_earlier_version_gains_the_new_columns(
     with read_connection(lake_store) as con:
         row = con.execute("SELECT count(*) FILTER (WHERE origin = 'span'), count(*) FROM tool_calls").fetchone()
     assert row is not None and 0 < row[0] < row[1]  # the earlier rows have no origin, the new ones do
+
+
+def test_retention_on_a_lake_matches_retention_on_a_file(
+    lake_store: str, file_store: tuple[str, list[str]], tmp_path: Path
+) -> None:
+    import shutil
+    from datetime import datetime
+
+    from collector.store.payloads import payload_dir
+    from collector.store.retention import Retention, payloads_removed_before, prune
+
+    db, files = file_store
+    copy = str(tmp_path / "copy.duckdb")
+    shutil.copy(db, copy)
+    shutil.copytree(payload_dir(db), payload_dir(copy))
+    ingest_files(files, CollectorConfig(db=lake_store))
+    retention = Retention(rows=timedelta(hours=30), payloads=timedelta(hours=12))
+    now = datetime(2026, 11, 11)  # the two sample days are 2026-11-09 and 2026-11-10
+    on_file, on_lake = prune(copy, retention, now=now), prune(lake_store, retention, now=now)
+    assert on_lake.removed == on_file.removed and on_lake.removed["tool_calls"] > 0
+    assert on_lake.size_after is None and "store" not in " ".join(on_lake.lines())  # a lake's size is not ours
+    for store in (copy, lake_store):
+        with read_connection(store) as con:
+            assert con.execute("SELECT min(start_time) FROM tool_calls").fetchone()[0] >= now - timedelta(hours=30)  # type: ignore[index]
+            assert payloads_removed_before(con) == now - timedelta(hours=12)
+    with read_connection(copy) as a, read_connection(lake_store) as b:
+        assert ranking(a) == ranking(b)  # the same rows stay on both
