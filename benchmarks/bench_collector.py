@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 from collector import ToolResultProcessor
 from collector.config import CollectorConfig
-from collector.measure.tokens import TokenCounter
+from collector.measure.tokens import TokenCounter, get_encoding
 from collector.model import Item, SpanData
 from collector.pipeline import Pipeline
 
@@ -222,11 +222,15 @@ def throughput(payloads: list[str], repeat: int) -> list[tuple[str, float, float
     texts = payloads * repeat
     total_mb = sum(len(t.encode()) for t in texts) / 1e6
     counter = TokenCounter()
-    enc = counter._enc
+    enc = get_encoding()
     t0 = time.perf_counter()
     for t in texts:
         enc.encode_ordinary(t)
     tik = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for t in texts:
+        counter.count(t)
+    fast = time.perf_counter() - t0
 
     tmp = tempfile.mkdtemp(prefix="toolmeter-bench-")
     pipeline = Pipeline(CollectorConfig(db=os.path.join(tmp, "t.duckdb")))
@@ -245,6 +249,7 @@ def throughput(payloads: list[str], repeat: int) -> list[tuple[str, float, float
     n = len(texts)
     return [
         ("tiktoken encode_ordinary, 1 core (baseline)", total_mb / tik, n / tik),
+        (f"{counter.name} count, 1 core", total_mb / fast, n / fast),
         ("toolmeter measure (count, infer, fingerprint), 1 core", total_mb / measure_s, n / measure_s),
         ("toolmeter measure + DuckDB write, 1 core", total_mb / total_s, n / total_s),
     ]

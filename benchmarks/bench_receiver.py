@@ -31,7 +31,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-from collector.measure.tokens import TokenCounter
+from collector.measure.tokens import TokenCounter, get_encoding
 from collector.store.database import read_connection
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,11 +82,21 @@ def _post(url: str, body: bytes) -> None:
 
 def run(texts: list[str], label: str) -> None:
     total_mb = sum(len(t.encode()) for t in texts) / 1e6
-    enc = TokenCounter()._enc
+    enc = get_encoding()
     t0 = time.perf_counter()
     for t in texts:
         enc.encode_ordinary(t)
     tik_s = time.perf_counter() - t0
+    fast = TokenCounter()  # what the receiver counts with (quicktok when installed)
+    t0 = time.perf_counter()
+    for t in texts:
+        fast.count(t)
+    fast_s = time.perf_counter() - t0
+    half = len(texts) // 2
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(2) as pool:  # the counter's own two-core rate: it releases the GIL
+        list(pool.map(lambda part: [fast.count(t) for t in part], (texts[:half], texts[half:])))
+    fast2_s = time.perf_counter() - t0
 
     tmp = tempfile.mkdtemp(prefix="toolmeter-bench-rx-")
     db = os.path.join(tmp, "rx.duckdb")
@@ -127,6 +137,8 @@ def run(texts: list[str], label: str) -> None:
     print(f"   {'':<44} {'spans/s':>9} {'MB/s':>7} {'vs tiktoken 1 core':>19}")
     tik_mbs = total_mb / tik_s
     for name, sec in (("tiktoken encode_ordinary, 1 core (baseline)", tik_s),
+                      (f"{fast.name} count, 1 core", fast_s),
+                      (f"{fast.name} count, 2 threads", fast2_s),
                       ("receiver: accepted (spooled, acknowledged)", accepted_s),
                       ("receiver: stored (queryable in DuckDB)", stored_s)):  # fmt: skip
         print(f"   {name:<44} {n / sec:>9,.0f} {total_mb / sec:>7.2f} {total_mb / sec / tik_mbs:>18.2f}x")

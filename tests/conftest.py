@@ -24,6 +24,10 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     # a failure toolmeter would swallow on the agent's thread fails the test instead; the tests of
     # that containment itself turn it off (the `contained` fixture)
     monkeypatch.setenv("TOOLMETER_STRICT", "1")
+    # the tests' traces carry fixed dates, which a receiver's default retention (30 days from
+    # now) would remove as they age; tests of retention give their own
+    monkeypatch.setenv("TOOLMETER_RETAIN", "forever")
+    monkeypatch.setenv("TOOLMETER_RETAIN_PAYLOADS", "forever")
 
 
 @pytest.fixture

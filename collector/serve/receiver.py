@@ -40,7 +40,7 @@ from collector.serve.exports import QueueFull
 from collector.serve.grpc_api import make_grpc_server
 from collector.serve.http_api import make_app
 from collector.store.database import Batch, read_progress
-from collector.store.lake import LakeSpec, is_lake
+from collector.store.lake import LakeSpec, is_lake, redact
 from collector.worker import BatchWorker
 
 logger = logging.getLogger("toolmeter")
@@ -128,7 +128,7 @@ class Receiver:
             replayed += 1
         if replayed:
             logger.warning(
-                "toolmeter receiver: replaying %d spooled request(s) not yet in %s", replayed, self.config.db
+                "toolmeter receiver: replaying %d spooled request(s) not yet in %s", replayed, redact(self.config.db)
             )
 
     def accept(self, kind: int, body: bytes) -> None:

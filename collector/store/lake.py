@@ -24,6 +24,7 @@ The extensions are installed under the state directory (``TOOLMETER_STATE_DIR``,
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import threading
@@ -49,6 +50,22 @@ RETRY_BACKOFF: Final = 1.2
 """``ducklake_retry_backoff`` (default 1.5, which would make 20 retries wait hours)."""
 
 _PASSWORD = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
+
+
+class _RedactingFilter(logging.Filter):
+    """Masks passwords in every record of the ``toolmeter`` logger, its traceback included: a
+    DuckDB error chained under a redacted one still carries the catalog's connection string."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.args:
+            record.msg, record.args = record.getMessage(), None
+        record.msg = redact(str(record.msg))
+        if record.exc_info and not record.exc_text:
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+        return True
+
+
+logging.getLogger("toolmeter").addFilter(_RedactingFilter())
 
 
 def is_lake(store: str) -> bool:

@@ -156,6 +156,8 @@ def test_prune_on_the_command_line_prints_what_went(
 def test_retention_settings_are_checked_and_named(monkeypatch: pytest.MonkeyPatch) -> None:
     from collector import config
 
+    monkeypatch.delenv("TOOLMETER_RETAIN")
+    monkeypatch.delenv("TOOLMETER_RETAIN_PAYLOADS")
     assert config.retention() == (timedelta(days=30), timedelta(days=7), None)
     monkeypatch.setenv("TOOLMETER_RETAIN", "90d")
     monkeypatch.setenv("TOOLMETER_RETAIN_PAYLOADS", "forever")

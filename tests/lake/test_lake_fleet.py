@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -346,3 +347,5 @@ def test_sigterm_during_an_outage_exits_promptly_and_the_next_start_writes_the_s
     stored = _wait_for(lake.uri, set(acked))
     again.stop()
     assert sorted(stored) == sorted(set(acked)) and len(acked) == 9
+    for log in (host.log, again.log):  # the spool replay's line names the lake without its password
+        assert re.search(r"password=(?!\*\*\*)", log.read_text()) is None
