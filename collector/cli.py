@@ -75,6 +75,13 @@ def _add_top(sub: Any, db_default: str) -> None:
         default="view",
         help="sort by p99 view tokens (default), raw tokens, bytes, or window cost",
     )
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--exact", action="store_true", help="exact percentiles over every call, however many")
+    which.add_argument(
+        "--rollups", action="store_true",
+        help="read rolled days from the daily rollups (percentiles within 1 %%); by default they are read "
+        "when they stand for over a million calls",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(func=cmd_top)
 

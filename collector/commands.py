@@ -85,7 +85,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 def cmd_top(args: argparse.Namespace) -> int:
     with read_connection(args.db) as con:
-        rows = ranking(con, by=args.by)
+        rows = ranking(con, by=args.by, exact=True if args.exact else (False if args.rollups else None))
         totals = collector_totals(con)
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
@@ -104,6 +104,8 @@ def cmd_top(args: argparse.Namespace) -> int:
             f"{_pct(r['truncated_rate']):>6} {_pct(r['raw_over_budget_rate']):>7} {_pct(r['view_over_budget_rate']):>8} "
             f"{format_tokens(r['window_cost_tokens']):>11}"
         )
+    if rows[0]["percentiles"] == "rollup":
+        print("\npercentiles: from daily rollups, within 1 % of exact (counts, maxima and rates are exact); --exact")
     if totals["dropped"] or totals["failed"]:
         print(
             f"\nnote: collectors dropped {totals['dropped']} and failed {totals['failed']} span(s); see collector_stats"

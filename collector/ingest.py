@@ -76,5 +76,6 @@ def ingest_files(
                 summary.issues += batch.issue_rows
             if progress:
                 progress(f"{path}: {len(items)} tool/LLM spans")
+    pipeline.refresh_rollups()  # the days these files closed are rolled now, not at the next write
     summary.failed = pipeline.counters.failed
     return summary

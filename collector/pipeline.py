@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
@@ -29,6 +30,7 @@ from collector.dialects.messages import (
     tool_responses,
 )
 from collector.dialects.spans import LLM, TOOL, extract_llm_call, extract_tool_call
+from collector.errors import StoreError
 from collector.joins import ORDER_WARNING, ViewJoins
 from collector.measure.measurement import measure, without_surrogates
 from collector.measure.redaction import Redactor
@@ -107,6 +109,7 @@ class Pipeline:
         self.lock = threading.Lock()
         self.collector_id = collector_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.started_at = datetime.now(UTC)
+        self._rollups_due = 0.0
         self.joins = ViewJoins(self)
 
     def build_batch(self, items: list[Item], extra_issues: list[Issue] | None = None) -> Batch:
@@ -290,6 +293,18 @@ class Pipeline:
         if llm is not None:
             batch.llm_rows.append(asdict(llm))
 
+    def refresh_rollups(self, force: bool = True) -> None:
+        """Roll the days that closed (at most every :data:`ROLLUP_EVERY_S` unless ``force``), on
+        the writer's thread; a failure is logged and tried again later: the rows stay the truth."""
+        now = time.monotonic()
+        if not force and now < self._rollups_due:
+            return
+        self._rollups_due = now + ROLLUP_EVERY_S
+        try:
+            self.store.refresh_rollups()
+        except StoreError as e:
+            logger.warning("toolmeter: rolling up closed days failed (tried again in %.0f s): %s", ROLLUP_EVERY_S, e)
+
     def write(self, batch: Batch, queued: int = 0) -> WriteResult:
         """Write ``batch`` with the counters as of now; updates the counters on success."""
         with self.lock:
@@ -307,6 +322,7 @@ class Pipeline:
         touched |= {r["trace_id"] for r in batch.tool_rows if r["view_source"] == "raw"}
         batch.join_traces = sorted(touched)
         result = self.store.write(batch)
+        self.refresh_rollups(force=False)
         self.metrics.record_rows(batch.tool_rows)
         self.metrics.record_dropped_total(stats["dropped"])
         if result.pending_joins:
@@ -318,6 +334,10 @@ class Pipeline:
             self.counters.llm_calls_written += result.llm_calls
             self.counters.duplicates += result.duplicates
         return result
+
+
+ROLLUP_EVERY_S = 600.0
+"""How often a writer rolls the days that closed (one query when none did)."""
 
 
 def interleaved(items: list[Item], n_chunks: int) -> list[list[Item]]:

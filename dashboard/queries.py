@@ -31,9 +31,12 @@ def _df(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> pd.DataF
 # --- window eaters ------------------------------------------------------------------------
 
 
-def tool_ranking(con: duckdb.DuckDBPyConnection, filters: Filters, by: str = "view") -> pd.DataFrame:
-    """Per-tool percentiles, rates and window cost, sorted by ``by``."""
-    return pd.DataFrame(ranking(con, filters, by=by))
+def tool_ranking(
+    con: duckdb.DuckDBPyConnection, filters: Filters, by: str = "view", exact: bool | None = True
+) -> pd.DataFrame:
+    """Per-tool percentiles, rates and window cost, sorted by ``by`` (``exact``: see
+    :func:`collector.query.ranking.ranking`; the ``percentiles`` column says which were read)."""
+    return pd.DataFrame(ranking(con, filters, by=by, exact=exact))
 
 
 def kpis(con: duckdb.DuckDBPyConnection, table: pd.DataFrame) -> dict[str, Any]:

@@ -223,7 +223,13 @@ class TokenCounter:
         """Count ``text``: exact (with tiktoken, unless a run longer than :data:`MAX_PIECE_CHARS`
         had no cut point)."""
         if self._fast is not None:
-            return TokenCount(int(self._fast.count(text)), True)  # linear in any run: no chunks needed
+            try:
+                return TokenCount(int(self._fast.count(text)), True)  # linear in any run: no chunks needed
+            except (TypeError, UnicodeError):
+                # a lone surrogate has no UTF-8: count what tiktoken counts, the text with each
+                # one replaced by U+FFFD (tiktoken's own fallback)
+                fixed = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+                return TokenCount(int(self._fast.count(fixed)), True)
         encode = self._enc.encode_ordinary
         n = len(text)
         if n <= CHUNK_CHARS:

@@ -221,6 +221,12 @@ class Store:
         lake = self.lake is not None
         self._transaction(lambda con: insertion.replace_tool_rows(con, rows, payload_rows, list(drop), lake))
 
+    def refresh_rollups(self) -> int:
+        """Roll the closed days that have no rollup yet (:mod:`collector.store.rollup`); returns how many."""
+        from collector.store import rollup
+
+        return self._transaction(rollup.refresh)
+
     def write(self, batch: Batch) -> WriteResult:
         """Insert ``batch`` in one transaction.
 

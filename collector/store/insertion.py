@@ -14,10 +14,10 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from collector.store import columns
+from collector.store import columns, rollup
 from collector.store.batch import Batch, WriteResult
 from collector.store.connection import rows_as_dicts
-from collector.store.windowcost import update_later_llm_calls
+from collector.store.windowcost import TRACE_HORIZON_NS, update_later_llm_calls
 
 _WITH_START_TIME = "*, make_timestamp(start_ns // 1000) AS start_time"
 
@@ -153,6 +153,13 @@ _UNCLAIMED_VIEWS = """
                       AND t.tool_call_id = m.tool_call_id AND t.origin IS DISTINCT FROM 'messages')"""
 
 
+def _invalidate_rollups(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]]) -> None:
+    """Rolled days these rows (and the window-cost recount they cause) change lose their rollup."""
+    starts = [r["start_ns"] for r in rows if r.get("start_ns") is not None]
+    if starts:
+        rollup.invalidate(con, min(starts) - TRACE_HORIZON_NS, max(starts))
+
+
 def insert_batch(con: duckdb.DuckDBPyConnection, batch: Batch, lake: bool) -> WriteResult:
     """Insert ``batch`` (in the caller's transaction); returns what went in and what may join now."""
     tools = llms = 0
@@ -165,6 +172,7 @@ def insert_batch(con: duckdb.DuckDBPyConnection, batch: Batch, lake: bool) -> Wr
         registered.append("llm_batch")
     if registered:
         update_later_llm_calls(con, registered)
+        _invalidate_rollups(con, batch.tool_rows + batch.llm_rows)
     for name in registered:
         con.unregister(name)
     if batch.payload_rows:
@@ -213,5 +221,6 @@ def replace_tool_rows(
         "WHERE tool_calls.trace_id = b.trace_id AND tool_calls.span_id = b.span_id"
     )
     con.unregister("tool_batch")
+    _invalidate_rollups(con, rows)
     if payload_rows:
         _insert_rows(con, "payloads", payload_rows, ("trace_id", "span_id", "kind"), lake)

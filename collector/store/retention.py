@@ -34,6 +34,7 @@ import duckdb
 from collector.config import DEFAULT_RETAIN, DEFAULT_RETAIN_PAYLOADS
 from collector.errors import InputError, StoreError
 from collector.store import lake as L
+from collector.store import rollup
 from collector.store.connection import connect, transaction
 from collector.store.database import Store
 from collector.store.payloads import payload_dir
@@ -142,6 +143,8 @@ def _remove(store: str, summary: PruneSummary, payloads_cut: datetime | None, ro
             _count(summary, "payloads", con, _PAYLOADS_OF_CALLS_BEFORE, [rows_cut])
             for table, sql in _ROWS_BEFORE:
                 _count(summary, table, con, sql, [rows_cut])
+            rollup.forget_through(con, rows_cut)  # the day holding the cutoff is rolled again from what is left
+            rollup.refresh(con)
 
     _write(store, work)
 
@@ -303,6 +306,9 @@ def _remove_tenth(store: str, summary: PruneSummary, what: str) -> bool:
     def work(con: duckdb.DuckDBPyConnection) -> None:
         for table, sql in statements:
             _count(summary, table, con, sql, [cut])
+        if what == "rows":
+            rollup.forget_through(con, cut)
+            rollup.refresh(con)
 
     _write(store, work)
     files, size = _remove_unreferenced_blobs(store)

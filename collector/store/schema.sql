@@ -203,3 +203,43 @@ CREATE TABLE IF NOT EXISTS retention_runs (
     removed          JSON,               -- rows removed per table
     size_after       BIGINT              -- bytes the store used afterwards (NULL on a lake)
 );
+
+-- Daily rollups (collector/store/rollup.py): exact counts, sums and maxima, and log-bucket
+-- histograms of the sizes (percentiles within 1 %), per closed UTC day, tool, service, encoding.
+CREATE TABLE IF NOT EXISTS rollup_days (
+    day        DATE,                      -- a day whose rollup is complete
+    rolled_at  TIMESTAMP,
+    roll_id    VARCHAR                    -- the run that rolled it: on a lake two writers may both roll a day,
+                                          -- and queries read one roll per day (the least roll_id)
+);
+CREATE TABLE IF NOT EXISTS tool_day_stats (
+    day             DATE,
+    roll_id         VARCHAR,
+    tool_name       VARCHAR,
+    service_name    VARCHAR,
+    encoding        VARCHAR,
+    calls           BIGINT,
+    errors          BIGINT,
+    truncated       BIGINT,
+    over_known      BIGINT,               -- calls with a budget (raw over budget known)
+    over_yes        BIGINT,
+    view_over_known BIGINT,
+    view_over_yes   BIGINT,
+    budget_max      BIGINT,
+    view_tokens_max BIGINT,
+    raw_tokens_max  BIGINT,
+    raw_bytes_max   BIGINT,
+    view_bytes_max  BIGINT,
+    raw_bytes_sum   HUGEINT,
+    window_cost     HUGEINT
+);
+CREATE TABLE IF NOT EXISTS tool_day_buckets (
+    day           DATE,
+    roll_id       VARCHAR,
+    tool_name     VARCHAR,
+    service_name  VARCHAR,
+    encoding      VARCHAR,
+    metric        VARCHAR,                -- view_tokens | raw_tokens | raw_bytes | view_bytes
+    bucket        INTEGER,                -- 0: size 0; k >= 1: sizes in (G^(k-2), G^(k-1)]
+    calls         BIGINT
+);

@@ -20,9 +20,9 @@ BY_LABELS = {"view": "p99 view tokens", "raw": "p99 raw tokens", "bytes": "p99 b
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
-def _load(path: str, f: Filters, by: str) -> tuple[pd.DataFrame, dict[str, Any]]:
+def _load(path: str, f: Filters, by: str, exact: bool | None) -> tuple[pd.DataFrame, dict[str, Any]]:
     def q(con: Any) -> tuple[pd.DataFrame, dict[str, Any]]:
-        table = queries.tool_ranking(con, f, by)
+        table = queries.tool_ranking(con, f, by, exact)
         kpi = queries.kpis(con, table)
         kpi["open_alerts"] = [a["summary"] for a in queries.alerts(con, ("open",), f) or []]
         return table, kpi
@@ -31,10 +31,17 @@ def _load(path: str, f: Filters, by: str) -> tuple[pd.DataFrame, dict[str, Any]]
 
 
 st.title("Window eaters")
-st.caption("Which tool puts the most into the model's context window. Percentiles over every call, not a sample. "
-           "Click a bar or a row to open the tool.")  # fmt: skip
-by = st.radio("rank by", list(BY_LABELS), format_func=BY_LABELS.__getitem__, horizontal=True, key="rank_by")
-table, kpi = _load(DB, filters, by)
+st.caption("Which tool puts the most into the model's context window. Click a bar or a row to open the tool.")
+left, right = st.columns([3, 1])
+by = left.radio("rank by", list(BY_LABELS), format_func=BY_LABELS.__getitem__, horizontal=True, key="rank_by")
+exact = right.toggle("exact percentiles", key="exact_percentiles",
+                     help="over every call; off: days with a daily rollup are read from it (within 1 %) "
+                          "when they stand for over a million calls")  # fmt: skip
+table, kpi = _load(DB, filters, by, True if exact else None)
+if not table.empty:
+    st.caption("Percentiles over every call, not a sample." if table["percentiles"].iloc[0] == "exact" else
+               "Percentiles from daily rollups, within 1 % of exact; counts, maxima, rates and window cost are "
+               "exact. Switch on *exact percentiles* for the exact figures.")  # fmt: skip
 
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("tool calls", f"{kpi['calls']:,}")

@@ -110,6 +110,13 @@ def test_sixty_days_keep_thirty_payloads_seven_and_the_kept_rankings_do_not_move
     files = {Path(p).name.removesuffix(".gz") for _, _, names in os.walk(payload_dir(db)) for p in names}
     assert files == blobs  # the payload files of removed calls are gone, the kept ones all there
     assert _ranking(db, kept_window) == before  # rankings over the kept window are unchanged
+    from tests.collector.test_rollup import assert_close
+
+    with duckdb.connect(db, read_only=True) as con:
+        rolled = [d for (d,) in con.execute("SELECT day FROM rollup_days ORDER BY day").fetchall()]
+        assert rolled and rolled[0] > kept_window.date()  # no rollup of a pruned day (or of the one cut through)
+        assert_close(ranking(con, Filters(since=kept_window), exact=True),
+                     ranking(con, Filters(since=kept_window), exact=False))  # fmt: skip
     assert summary.removed["tool_calls"] == 30 * 4 * 2 and summary.removed["llm_calls"] == 30 * 4
     assert summary.payload_files == 53 * 2  # the two larger searches a day (over 16 KiB: in files), 53 days
     lines = "\n".join(summary.lines())

@@ -170,6 +170,9 @@ _ODD = [
     "e\u0301",
     "ß",
     "ﬁ",
+    "\ud800",  # lone surrogates: text from a JSON escape no UTF-8 can carry
+    "\udfff",
+    "a\udc80b",
 ]
 
 

@@ -228,3 +228,21 @@ def test_replay_says_a_payload_was_removed_by_retention(
     assert not at.exception
     assert any("removed by retention" in i.value and "2026-11-19" in i.value for i in at.info)
     assert any("MB on disk" in c.value and "calls from 2026-11-09" in c.value for c in at.sidebar.caption)
+
+
+def test_the_home_page_says_whether_its_percentiles_are_exact(
+    monkeypatch: pytest.MonkeyPatch, sample_store: str
+) -> None:
+    import streamlit as st
+
+    from collector.query import ranking
+
+    at = run_app(monkeypatch, sample_store)
+    assert any("Percentiles over every call" in c.value for c in at.caption)  # a small store: exact
+    monkeypatch.setattr(ranking, "ROLLUP_WHEN_CALLS", 0)  # as if the rolled days held millions of calls
+    st.cache_data.clear()
+    at = run_app(monkeypatch, sample_store)
+    assert any("from daily rollups, within 1 %" in c.value for c in at.caption)
+    at.toggle(key="exact_percentiles").set_value(True).run()
+    assert any("Percentiles over every call" in c.value for c in at.caption)
+    st.cache_data.clear()  # the pages' cache is process-wide: later tests must not read these figures
