@@ -17,7 +17,7 @@ import pandas as pd
 
 from collector.alerts.detection import schema_diff
 from collector.query import coverage as cov
-from collector.query.ranking import Filters, collector_totals, ranking
+from collector.query.ranking import Filters, collector_totals, ranking, rolled_days, uncovered_calls
 from collector.store.database import rows_as_dicts
 
 SIZE_METRICS = {"view_tokens": "tokens shown to the model", "raw_tokens": "tokens the tool produced",
@@ -62,11 +62,17 @@ def kpis(con: duckdb.DuckDBPyConnection, table: pd.DataFrame) -> dict[str, Any]:
 
 
 def filter_options(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
-    """Values for the sidebar filters."""
+    """Values for the sidebar filters: from the daily rollups for the days they cover, from the
+    rows for the others (so the options are every value stored, at any store size)."""
+    days, _ = rolled_days(con, Filters())
+    rest, params = uncovered_calls(Filters(), days)
+    cols = "tool_name, service_name, encoding"
+    source = "tool_calls" if not days else f"(SELECT {cols} FROM tool_day_stats UNION ALL SELECT {cols} FROM ({rest}))"
 
     def values(column: str) -> list[str]:
         rows = con.execute(
-            f"SELECT DISTINCT {column} FROM tool_calls WHERE {column} IS NOT NULL ORDER BY 1"  # column is ours
+            f"SELECT DISTINCT {column} FROM {source} WHERE {column} IS NOT NULL ORDER BY 1",  # column is ours
+            params if days else [],
         ).fetchall()
         return [r[0] for r in rows]
 

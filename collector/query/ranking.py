@@ -180,7 +180,19 @@ def rolled_days(con: duckdb.DuckDBPyConnection, filters: Filters) -> tuple[list[
     return [(d, r) for d, r, _ in rows], sum(int(n) for _, _, n in rows)
 
 
-def _uncovered(filters: Filters, days: list[Any]) -> tuple[str, list[Any]]:
+def _rolled_months(con: duckdb.DuckDBPyConnection, filters: Filters) -> list[tuple[Any, str]]:
+    """The merged months wholly inside the filters' time range, each with the roll read for it."""
+    rows = con.execute(
+        """SELECT month, min(roll_id) FROM tool_month_buckets
+           WHERE (?::TIMESTAMP IS NULL OR month::TIMESTAMP >= ?::TIMESTAMP)
+             AND (?::TIMESTAMP IS NULL OR month + INTERVAL 1 MONTH <= ?::TIMESTAMP)
+           GROUP BY month ORDER BY month""",
+        [filters.since, filters.since, filters.until, filters.until],
+    ).fetchall()
+    return [(m, r) for m, r in rows]
+
+
+def uncovered_calls(filters: Filters, days: list[Any]) -> tuple[str, list[Any]]:
     """The calls of ``filters`` outside the rolled ``days``: one range scan per gap, so DuckDB
     skips the row groups of rolled days by their start-time ranges."""
     import datetime as dt
@@ -207,7 +219,11 @@ _QUANTILES = (0.5, 0.95, 0.99)
 def _from_rollups(
     con: duckdb.DuckDBPyConnection, filters: Filters, by: str, days: list[tuple[Any, str]]
 ) -> list[dict[str, Any]]:
-    rest, rest_params = _uncovered(filters, days)
+    rest, rest_params = uncovered_calls(filters, days)
+    months = _rolled_months(con, filters)
+    merged = {m for m, _ in months}
+    # histograms: a merged month's where there is one, else its days'
+    day_buckets = [(d, r) for d, r in days if d.replace(day=1) not in merged]
     dims, dim_params = _dimensions(filters).where("s")
     stat_cols = ("calls", "errors", "truncated", "over_known", "over_yes", "view_over_known", "view_over_yes",
                  "raw_bytes_sum", "window_cost")  # fmt: skip
@@ -220,6 +236,8 @@ def _from_rollups(
     sql = f"""
         WITH rest AS ({rest}),
         rolls AS (SELECT unnest(?::DATE[]) AS day, unnest(?::VARCHAR[]) AS roll_id),
+        day_rolls AS (SELECT unnest(?::DATE[]) AS day, unnest(?::VARCHAR[]) AS roll_id),
+        month_rolls AS (SELECT unnest(?::DATE[]) AS month, unnest(?::VARCHAR[]) AS roll_id),
         parts AS (
             SELECT tool_name, {both} FROM tool_day_stats s JOIN rolls USING (day, roll_id) WHERE {dims}
             UNION ALL BY NAME SELECT tool_name, {R.STATS_SELECT} FROM rest GROUP BY tool_name
@@ -228,8 +246,11 @@ def _from_rollups(
                       {", ".join(f"max({c}) AS {c}" for c in max_cols)} FROM parts GROUP BY tool_name),
         bk AS (
             SELECT tool_name, metric, bucket, sum(calls) AS calls FROM (
+                SELECT tool_name, metric, bucket, calls FROM tool_month_buckets s
+                JOIN month_rolls USING (month, roll_id) WHERE {dims}
+                UNION ALL
                 SELECT tool_name, metric, bucket, calls FROM tool_day_buckets s
-                JOIN rolls USING (day, roll_id) WHERE {dims}
+                JOIN day_rolls USING (day, roll_id) WHERE {dims}
                 UNION ALL {R.buckets_select("rest", "tool_name")}
             ) GROUP BY ALL
         ),
@@ -261,5 +282,7 @@ def _from_rollups(
         WHERE st.calls > 0
         ORDER BY {RANK_METRICS[by]} DESC NULLS LAST, tool
     """
-    params = [*rest_params, [d for d, _ in days], [r for _, r in days], *dim_params, *dim_params]
+    params = [*rest_params, [d for d, _ in days], [r for _, r in days], [d for d, _ in day_buckets],
+              [r for _, r in day_buckets], [m for m, _ in months], [r for _, r in months],
+              *dim_params, *dim_params, *dim_params]  # fmt: skip
     return _rounded(rows_as_dicts(con.execute(sql, params)), "rollup")

@@ -82,9 +82,10 @@ def refresh(con: duckdb.DuckDBPyConnection) -> int:
               AND start_time::DATE NOT IN (SELECT day FROM rollup_days)"""
     ).fetchall()
     days = [d for (d,) in todo]
-    if not days:
-        return 0
     roll = uuid.uuid4().hex
+    if not days:
+        _roll_months(con, roll)  # a month may close with no new day to roll
+        return 0
     source = (
         "(SELECT start_time::DATE AS day, $2 AS roll_id, * FROM tool_calls "
         "WHERE start_time::DATE IN (SELECT unnest($1::DATE[])))"
@@ -92,7 +93,26 @@ def refresh(con: duckdb.DuckDBPyConnection) -> int:
     con.execute(f"INSERT INTO tool_day_stats SELECT {_GROUP}, {STATS_SELECT} FROM {source} GROUP BY ALL", [days, roll])
     con.execute(f"INSERT INTO tool_day_buckets {buckets_select(source, _GROUP)}", [days, roll])
     con.execute("INSERT INTO rollup_days SELECT unnest(?::DATE[]), now()::TIMESTAMP, ?", [days, roll])
+    _roll_months(con, roll)
     return len(days)
+
+
+def _roll_months(con: duckdb.DuckDBPyConnection, roll: str) -> None:
+    """Merge the day histograms of every closed month not merged yet into one per month: a range
+    of years then reads a few dozen histograms per tool, not one per day. A month is closed
+    when its last day is; by then each of its days with calls has been rolled."""
+    con.execute(
+        f"""INSERT INTO tool_month_buckets
+            WITH d AS (SELECT day, min(roll_id) AS roll_id FROM rollup_days GROUP BY day),
+            m AS (SELECT DISTINCT date_trunc('month', day)::DATE AS month FROM d
+                  WHERE date_trunc('month', day) + INTERVAL 1 MONTH
+                        <= (SELECT max(start_time)::DATE - INTERVAL {CLOSED_AFTER.days} DAY FROM tool_calls)
+                    AND date_trunc('month', day)::DATE NOT IN (SELECT month FROM tool_month_buckets))
+            SELECT m.month, ? AS roll_id, b.tool_name, b.service_name, b.encoding, b.metric, b.bucket, sum(b.calls)
+            FROM tool_day_buckets b JOIN d USING (day, roll_id) JOIN m ON date_trunc('month', b.day)::DATE = m.month
+            GROUP BY ALL""",
+        [roll],
+    )
 
 
 def invalidate(con: duckdb.DuckDBPyConnection, lo_ns: int, hi_ns: int) -> None:
@@ -105,9 +125,12 @@ def invalidate(con: duckdb.DuckDBPyConnection, lo_ns: int, hi_ns: int) -> None:
         return
     for table in ("rollup_days", "tool_day_stats", "tool_day_buckets"):
         con.execute(f"DELETE FROM {table} WHERE day {bounds}", [lo_ns, hi_ns])
+    months = bounds.replace("::DATE AND", "::DATE - INTERVAL 31 DAY AND")  # the months of those days
+    con.execute(f"DELETE FROM tool_month_buckets WHERE month {months}", [lo_ns, hi_ns])
 
 
 def forget_through(con: duckdb.DuckDBPyConnection, cutoff: object) -> None:
     """Forget the rollups of the days up to the one holding ``cutoff`` (retention removed rows before it)."""
     for table in ("rollup_days", "tool_day_stats", "tool_day_buckets"):
         con.execute(f"DELETE FROM {table} WHERE day <= ?::TIMESTAMP::DATE", [cutoff])
+    con.execute("DELETE FROM tool_month_buckets WHERE month <= ?::TIMESTAMP::DATE", [cutoff])

@@ -243,3 +243,13 @@ CREATE TABLE IF NOT EXISTS tool_day_buckets (
     bucket        INTEGER,                -- 0: size 0; k >= 1: sizes in (G^(k-2), G^(k-1)]
     calls         BIGINT
 );
+CREATE TABLE IF NOT EXISTS tool_month_buckets (  -- the day histograms of a closed month, merged
+    month         DATE,                   -- its first day
+    roll_id       VARCHAR,
+    tool_name     VARCHAR,
+    service_name  VARCHAR,
+    encoding      VARCHAR,
+    metric        VARCHAR,
+    bucket        INTEGER,
+    calls         BIGINT
+);

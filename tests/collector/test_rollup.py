@@ -91,12 +91,12 @@ def test_a_late_call_in_a_rolled_day_makes_the_day_roll_again(samples: str, tmp_
 )
 @given(
     sizes=st.lists(st.integers(0, 3_000_000) | st.integers(0, 40), min_size=1, max_size=300),
-    days=st.integers(1, 5),
+    days=st.integers(1, 45),
 )
 def test_percentiles_of_any_sizes_are_within_one_percent(sizes: list[int], days: int) -> None:
     con = duckdb.connect()
     con.execute(schema_sql())
-    start = dt.datetime(2026, 1, 1)
+    start = dt.datetime(2026, 1, 20)  # from 11 days on, January closes and its histograms are merged
     con.execute(
         """INSERT INTO tool_calls (trace_id, span_id, tool_name, start_ns, start_time, view_tokens, raw_tokens,
                                    raw_bytes, view_bytes, status)
@@ -111,6 +111,13 @@ def test_percentiles_of_any_sizes_are_within_one_percent(sizes: list[int], days:
         [start + dt.timedelta(days=days + 2)],
     )
     assert rollup.refresh(con) == min(days, len(sizes))
+    merged = con.execute("SELECT count(DISTINCT month) FROM tool_month_buckets").fetchone()[0]  # type: ignore[index]
+    newest = (start + dt.timedelta(days=days + 2)).date()
+    months = {(start + dt.timedelta(days=i % days)).date().replace(day=1) for i in range(1, len(sizes) + 1)}
+    closed = {
+        m for m in months if (m.replace(day=28) + dt.timedelta(days=4)).replace(day=1) <= newest - dt.timedelta(days=1)
+    }
+    assert merged == len(closed)  # every closed month with calls has its histograms merged
     assert_close(ranking(con, exact=True), ranking(con, exact=False))
     con.close()
 

@@ -238,3 +238,15 @@ def test_the_whole_stored_raw_says_where_head_and_tail_join() -> None:
 
     p = Payload(total_bytes=10_000, cut=True, head=b"a" * 100, tail=b"z" * 100, sha256="x")
     assert "··· 9,800 bytes not stored (over the payload cap) ···" in stored_text(p)
+
+
+def test_filter_options_from_rollups_are_every_stored_value(con: duckdb.DuckDBPyConnection) -> None:
+    assert con.execute("SELECT count(*) FROM rollup_days").fetchone()[0] > 0  # type: ignore[index]
+    direct = {
+        key: [
+            r[0]
+            for r in con.execute(f"SELECT DISTINCT {col} FROM tool_calls WHERE {col} IS NOT NULL ORDER BY 1").fetchall()
+        ]
+        for key, col in (("services", "service_name"), ("tools", "tool_name"), ("encodings", "encoding"))
+    }
+    assert queries.filter_options(con) == direct
