@@ -71,6 +71,8 @@ class PruneSummary:
     removed: dict[str, int] = field(default_factory=dict)
     payload_files: int = 0
     payload_file_bytes: int = 0
+    payload_files_young: int = 0
+    """Unreferenced payload files kept because they are younger than :data:`BLOB_GRACE`."""
     size_before: int | None = None
     size_after: int | None = None
     file_bytes_after: int | None = None
@@ -83,6 +85,9 @@ class PruneSummary:
         out.append(", ".join(f"{table} {n:,}" for table, n in self.removed.items() if n) or "nothing to remove")
         if self.payload_files:
             out.append(f"payload files {self.payload_files:,} ({_mb(self.payload_file_bytes)})")
+        if self.payload_files_young:
+            out.append(f"{self.payload_files_young:,} payload file(s) no row points at were kept: written in the "
+                       f"last {BLOB_GRACE.seconds // 60} minutes (a batch may be committing); the next run removes them")  # fmt: skip
         if self.size_before is not None and self.size_after is not None:
             out.append(f"store {_mb(self.size_before)} -> {_mb(self.size_after)}"
                        + (f" (file {_mb(self.file_bytes_after)}, rewritten)" if self.compacted else ""))  # fmt: skip
@@ -119,7 +124,7 @@ def prune(store: str, retention: Retention, *, now: datetime | None = None, comp
     summary.size_before = None if lake else store_bytes(store)
     _remove(store, summary, payloads_cut, rows_cut)
     if not lake:
-        summary.payload_files, summary.payload_file_bytes = _remove_unreferenced_blobs(store)
+        summary.payload_files, summary.payload_file_bytes = _remove_unreferenced_blobs(store, summary)
         if retention.max_bytes is not None:
             _fit(store, summary, retention.max_bytes, compact)
     _record(store, summary, now)
@@ -211,7 +216,9 @@ def _blobs(store: str) -> list[tuple[str, int, float]]:
     return out
 
 
-def _remove_unreferenced_blobs(store: str) -> tuple[int, int]:
+def _remove_unreferenced_blobs(store: str, summary: PruneSummary | None = None) -> tuple[int, int]:
+    """Delete the payload files no row points at; those within :data:`BLOB_GRACE` are kept and
+    counted in ``summary.payload_files_young``."""
     con = connect(store, read_only=True)
     try:
         referenced = {
@@ -220,9 +227,12 @@ def _remove_unreferenced_blobs(store: str) -> tuple[int, int]:
     finally:
         con.close()
     grace = time.time() - BLOB_GRACE.total_seconds()
-    files = removed = 0
+    files = removed = young = 0
     for path, size, mtime in _blobs(store):
-        if os.path.basename(path).removesuffix(".gz") in referenced or mtime > grace:
+        if os.path.basename(path).removesuffix(".gz") in referenced:
+            continue
+        if mtime > grace:
+            young += 1
             continue
         try:
             os.remove(path)
@@ -230,6 +240,8 @@ def _remove_unreferenced_blobs(store: str) -> tuple[int, int]:
             continue
         files += 1
         removed += size
+    if summary is not None:
+        summary.payload_files_young = young
     return files, removed
 
 
@@ -311,7 +323,7 @@ def _remove_tenth(store: str, summary: PruneSummary, what: str) -> bool:
             rollup.refresh(con)
 
     _write(store, work)
-    files, size = _remove_unreferenced_blobs(store)
+    files, size = _remove_unreferenced_blobs(store, summary)
     summary.payload_files += files
     summary.payload_file_bytes += size
     return True

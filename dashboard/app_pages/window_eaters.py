@@ -91,8 +91,8 @@ shown = pd.DataFrame(
 )
 
 
-def _number(help: str, format: str = "compact") -> Any:
-    return st.column_config.NumberColumn(format=format, help=help, width=74)
+def _number(help: str, format: str = "compact", width: int = 74) -> Any:
+    return st.column_config.NumberColumn(format=format, help=help, width=width)
 
 
 picked = st.dataframe(
@@ -104,19 +104,19 @@ picked = st.dataframe(
     width="stretch",
     height=35 * (len(shown) + 1) + 3,  # every row, no inner scroll
     column_config={
-        "tool": st.column_config.TextColumn(width=180),
+        "tool": st.column_config.TextColumn(width=156),
         "calls": _number("tool calls in the filtered range", "localized"),
         "view p50": _number("median tokens shown to the model"),
-        "view p99": _number("p99 tokens shown to the model (exact, over every call)"),
+        "view p99": _number("p99 tokens shown to the model (exact or from rollups: the caption above says which)"),
         "raw p99": _number("p99 tokens the tool produced"),
         "bytes p99": _number("p99 bytes the tool produced", "bytes"),
         "budget": _number("the tool's declared budget (tokens); empty: none declared"),
         "truncated": _number("share of calls whose view was cut", "percent"),
         "raw > budget": _number("raw over budget: share of calls whose raw result was over the tool's budget "
-                                "(the tool produced more)", "percent"),
+                                "(the tool produced more)", "percent", 84),
         "view > budget": _number("view over budget: share of calls whose view was still over the budget "
-                                 "(the budget did not hold)", "percent"),
-        "window cost": _number("tokens of this tool's results re-read by later LLM calls"),
+                                 "(the budget did not hold)", "percent", 90),
+        "window cost": _number("tokens of this tool's results re-read by later LLM calls", width=80),
     },
 )  # fmt: skip
 if picked.selection.rows:  # type: ignore[union-attr]

@@ -158,6 +158,13 @@ def test_prune_on_the_command_line_prints_what_went(
     assert main(["prune", "--db", db, "--retain", "soon"]) == 2  # a bad age stops with its name, nothing removed
     err = capsys.readouterr().err
     assert "--retain='soon' is not an age" in err
+    (tmp_path / "fresh").mkdir()
+    fresh = _copy(fed, tmp_path / "fresh")
+    for folder, _, names in os.walk(payload_dir(fresh)):  # files just written: a batch may be committing
+        for name in names:
+            os.utime(os.path.join(folder, name))
+    assert main(["prune", "--db", fresh, "--retain-payloads", "7d"]) == 0
+    assert "payload file(s) no row points at were kept: written in the last 10 minutes" in capsys.readouterr().out
 
 
 def test_retention_settings_are_checked_and_named(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -306,8 +306,8 @@ def test_the_home_table_fits_the_page_and_sorts_a_number_column_as_numbers(page,
     assert len(_grid_column(page, "tool")) == 11  # every row, no inner scroll
     box = grid.bounding_box()
     assert box is not None
-    # the header of "view p99": after the row markers (35 px), tool (180 px), calls and view p50 (74 px each)
-    page.mouse.click(box["x"] + 35 + 180 + 2 * 74 + 37, box["y"] + 17)
+    # the header of "view p99": after the row markers (35 px), tool (156 px), calls and view p50 (74 px each)
+    page.mouse.click(box["x"] + 35 + 156 + 2 * 74 + 37, box["y"] + 17)
     page.wait_for_function(
         "() => [...document.querySelectorAll('[data-testid=\"stDataFrame\"] th')].some(e => /^[↑↓]/.test(e.textContent))"
     )
