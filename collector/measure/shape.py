@@ -129,6 +129,10 @@ def schema_of(parsed: Any) -> tuple[str, list[str], bool]:
     stack: list[tuple[str, Any]] = [("$", parsed)]
     seen = 0
     type_names = _TYPE_NAMES
+    # rows of a list mostly repeat one set of keys with the same value types: an object of
+    # scalars whose (path, keys, types) was walked already adds nothing, and is skipped
+    # after a check done in C (the walk was ~95 us of a small result's ~230 us)
+    flat_done: set[tuple[str, tuple[str, ...], tuple[type, ...]]] = set()
     while stack and seen < MAX_SCHEMA_NODES:
         path, value = stack.pop()
         seen += 1
@@ -138,6 +142,13 @@ def schema_of(parsed: Any) -> tuple[str, list[str], bool]:
             types[path] = path_types = set()
         path_types.add(kind)
         if kind == "object":
+            value_types = tuple(map(type, value.values()))
+            if dict not in value_types and list not in value_types:
+                signature = (path, tuple(value), value_types)
+                if signature in flat_done:
+                    seen += len(value_types)
+                    continue
+                flat_done.add(signature)
             for key, child in value.items():
                 child_path = f"{path}.{_key_name(key)}"
                 child_kind = type_names.get(type(child))

@@ -184,13 +184,14 @@ def lake_cursor(spec: LakeSpec) -> duckdb.DuckDBPyConnection:
 
 
 def forget(spec: LakeSpec) -> None:
-    """Drop this process's instance (after the catalog connection broke); the next use attaches again."""
+    """Drop this process's instance (after the catalog connection broke); the next use attaches again.
+
+    The instance is not closed here: other threads (the writer, retention, alert evaluation)
+    may be running a query on a cursor of it, and closing a connection closes its cursors
+    under them, which can crash the process. It is freed when the last cursor is."""
     key = (spec.catalog, str(spec.state_dir))
     with _lock:
-        con = _instances.pop(key, None)
-    if con is not None:
-        with contextlib.suppress(duckdb.Error):
-            con.close()
+        _instances.pop(key, None)
 
 
 def close_all() -> None:
