@@ -138,13 +138,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.maintain_every:
         if not is_lake(config.db):
             raise InputError("--maintain-every is for DuckLake stores ('ducklake:...'); a DuckDB file needs none")
+        from collector.store.maintenance import maintain
+
         threading.Thread(
-            target=_maintain_periodically, args=(config.db, parse_duration(args.maintain_every), stop),
-            name="toolmeter-lake-maintenance", daemon=True,
+            target=_periodically, name="toolmeter-lake-maintenance", daemon=True,
+            args=("lake maintenance", lambda: maintain(config.db).lines()[:3], parse_duration(args.maintain_every),
+                  stop, False),
         ).start()  # fmt: skip
+    from collector.store.retention import prune
+
+    retention = retention_of(args)
+    # at start too; the file is not rewritten here (the receiver writes to it meanwhile):
+    # freed space is reused by later writes
     threading.Thread(
-        target=_prune_periodically, args=(config.db, retention_of(args), parse_duration(args.prune_every), stop),
-        name="toolmeter-retention", daemon=True,
+        target=_periodically, name="toolmeter-retention", daemon=True,
+        args=("retention", lambda: prune(config.db, retention).lines(), parse_duration(args.prune_every), stop, True),
     ).start()  # fmt: skip
     grpc_note = f", OTLP/gRPC on {rc.host}:{running.grpc_port}" if running.grpc_port else ""
     print(f"toolmeter receiving OTLP/HTTP on {running.url}{grpc_note}; store {redact(config.db)}", flush=True)
@@ -159,30 +167,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _prune_periodically(db: str, retention: Any, every_s: float, stop: threading.Event) -> None:
-    """Apply the retention at start and every ``every_s`` seconds. The file is not rewritten
-    here (the receiver writes to it meanwhile): freed space is reused by later writes."""
-    from collector.store.retention import prune
-
+def _periodically(label: str, job: Any, every_s: float, stop: threading.Event, first_now: bool) -> None:
+    """Run ``job`` (which returns lines to print) every ``every_s`` seconds until ``stop``; a
+    failure is printed and the job tried again at its next turn."""
+    if not first_now and stop.wait(every_s):
+        return
     while True:
         try:
-            summary = prune(db, retention)
-            print("toolmeter retention: " + "; ".join(summary.lines()), flush=True)
+            print(f"toolmeter {label}: " + "; ".join(job()), flush=True)
         except ToolmeterError as e:
-            print(f"toolmeter retention failed (will try again): {e}", file=sys.stderr, flush=True)
+            print(f"toolmeter {label} failed (will try again): {e}", file=sys.stderr, flush=True)
         if stop.wait(every_s):
             return
-
-
-def _maintain_periodically(db: str, every_s: float, stop: threading.Event) -> None:
-    from collector.store.maintenance import maintain
-
-    while not stop.wait(every_s):
-        try:
-            summary = maintain(db)
-            print("toolmeter lake maintenance: " + "; ".join(summary.lines()[:3]), flush=True)
-        except ToolmeterError as e:
-            print(f"toolmeter lake maintenance failed (will try again): {e}", file=sys.stderr, flush=True)
 
 
 def run_watch(db: str, rules_path: str | None, webhook: str | None, interval: float, stop: threading.Event) -> None:

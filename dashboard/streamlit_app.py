@@ -18,7 +18,7 @@ from collector.errors import StoreError
 from collector.query.coverage import check_store
 from collector.query.ranking import Filters
 from collector.store.lake import is_lake, redact
-from collector.store.payloads import payload_dir
+from collector.store.payloads import payload_files
 from dashboard import queries
 from dashboard.connection import db_path, run_query
 from dashboard.state import CACHE_TTL_S
@@ -50,14 +50,14 @@ def _options(path: str) -> tuple[dict[str, list[str]], tuple[object, object]]:
     return run_query(path, q)
 
 
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
 def _size(path: str) -> str:
-    """The store's size on disk (the file and its payload files), or what a lake is."""
+    """The store's size on disk (the file and its payload files), or what a lake is; cached:
+    a store's payload folder can hold many thousands of files."""
     if is_lake(path):
         return "a DuckLake (size: its catalog and data path)"
     total = os.path.getsize(path) if os.path.exists(path) else 0
-    for folder, _, names in os.walk(payload_dir(path)):
-        total += sum(os.path.getsize(os.path.join(folder, n)) for n in names)
-    return f"{total / 1e6:,.1f} MB on disk"
+    return f"{(total + sum(size for _, size, _ in payload_files(path))) / 1e6:,.1f} MB on disk"
 
 
 def _sidebar() -> Filters | None:

@@ -181,14 +181,18 @@ def rolled_days(con: duckdb.DuckDBPyConnection, filters: Filters) -> tuple[list[
 
 
 def _rolled_months(con: duckdb.DuckDBPyConnection, filters: Filters) -> list[tuple[Any, str]]:
-    """The merged months wholly inside the filters' time range, each with the roll read for it."""
-    rows = con.execute(
-        """SELECT month, min(roll_id) FROM tool_month_buckets
-           WHERE (?::TIMESTAMP IS NULL OR month::TIMESTAMP >= ?::TIMESTAMP)
-             AND (?::TIMESTAMP IS NULL OR month + INTERVAL 1 MONTH <= ?::TIMESTAMP)
-           GROUP BY month ORDER BY month""",
-        [filters.since, filters.since, filters.until, filters.until],
-    ).fetchall()
+    """The merged months wholly inside the filters' time range, each with the roll read for it
+    (none in a store whose writer predates merged months: its days are read one by one)."""
+    try:
+        rows = con.execute(
+            """SELECT month, min(roll_id) FROM tool_month_buckets
+               WHERE (?::TIMESTAMP IS NULL OR month::TIMESTAMP >= ?::TIMESTAMP)
+                 AND (?::TIMESTAMP IS NULL OR month + INTERVAL 1 MONTH <= ?::TIMESTAMP)
+               GROUP BY month ORDER BY month""",
+            [filters.since, filters.since, filters.until, filters.until],
+        ).fetchall()
+    except duckdb.CatalogException:
+        return []
     return [(m, r) for m, r in rows]
 
 

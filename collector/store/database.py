@@ -221,6 +221,11 @@ class Store:
         lake = self.lake is not None
         self._transaction(lambda con: insertion.replace_tool_rows(con, rows, payload_rows, list(drop), lake))
 
+    def in_transaction(self, work: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:
+        """Run ``work`` in one write transaction, with the same lock waits, lake commit retries
+        and stop as a batch (retention, rollups)."""
+        return self._transaction(work)
+
     def refresh_rollups(self) -> int:
         """Roll the closed days that have no rollup yet (:mod:`collector.store.rollup`); returns how many."""
         from collector.store import rollup

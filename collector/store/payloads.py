@@ -34,6 +34,21 @@ def payload_dir(db_path: str) -> str:
     return os.fspath(db_path) + ".payloads"
 
 
+def payload_files(db_path: str) -> list[tuple[str, int, float]]:
+    """(path, bytes, mtime) of every payload file of the store at ``db_path``."""
+    out = []
+    for folder, _, names in os.walk(payload_dir(db_path)):
+        for name in names:
+            if name.endswith(".gz"):
+                path = os.path.join(folder, name)
+                try:
+                    st = os.stat(path)
+                except FileNotFoundError:  # removed meanwhile (retention)
+                    continue
+                out.append((path, st.st_size, st.st_mtime))
+    return out
+
+
 class PayloadStore:
     """Content-addressed, compressed payload files."""
 

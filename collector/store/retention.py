@@ -35,9 +35,9 @@ from collector.config import DEFAULT_RETAIN, DEFAULT_RETAIN_PAYLOADS
 from collector.errors import InputError, StoreError
 from collector.store import lake as L
 from collector.store import rollup
-from collector.store.connection import connect, transaction
+from collector.store.connection import connect
 from collector.store.database import Store
-from collector.store.payloads import payload_dir
+from collector.store.payloads import payload_files
 
 BLOB_GRACE = timedelta(minutes=10)
 """Unreferenced payload files younger than this are kept: their batch may not have committed yet."""
@@ -88,7 +88,9 @@ class PruneSummary:
         if self.payload_files_young:
             out.append(f"{self.payload_files_young:,} payload file(s) no row points at were kept: written in the "
                        f"last {BLOB_GRACE.seconds // 60} minutes (a batch may be committing); the next run removes them")  # fmt: skip
-        if self.size_before is not None and self.size_after is not None:
+        if self.size_after is None:
+            out.append("size not measured on a DuckLake: its catalog and data path hold it")
+        elif self.size_before is not None:
             out.append(f"store {_mb(self.size_before)} -> {_mb(self.size_after)}"
                        + (f" (file {_mb(self.file_bytes_after)}, rewritten)" if self.compacted else ""))  # fmt: skip
         return out
@@ -176,44 +178,14 @@ def _ns(t: datetime) -> int:
 
 
 def _write(store: str, work: Any) -> Any:
-    con = connect(store, read_only=False)
-    try:
-        with transaction(con):
-            return work(con)
-    except duckdb.Error as e:
-        raise StoreError(f"pruning {L.redact(store)} failed: {L.redact(str(e))}") from e
-    finally:
-        con.close()
+    return Store(store).in_transaction(work)
 
 
 def store_bytes(store: str) -> int:
     """The bytes a DuckDB store uses: its used blocks and write-ahead log, and its payload files
     (free blocks of the file, which later writes reuse, are not counted)."""
-    con = connect(store, read_only=True)
-    try:
-        row = con.execute("SELECT block_size, used_blocks FROM pragma_database_size()").fetchone()
-    finally:
-        con.close()
-    used = int(row[0]) * int(row[1]) if row else os.path.getsize(store)
-    wal = store + ".wal"
-    used += os.path.getsize(wal) if os.path.exists(wal) else 0
-    return used + sum(size for _, size, _ in _blobs(store))
-
-
-def _blobs(store: str) -> list[tuple[str, int, float]]:
-    """(path, bytes, mtime) of every payload file of the store."""
-    out = []
-    root = payload_dir(store)
-    for folder, _, names in os.walk(root):
-        for name in names:
-            if name.endswith(".gz"):
-                path = os.path.join(folder, name)
-                try:
-                    st = os.stat(path)
-                except FileNotFoundError:
-                    continue
-                out.append((path, st.st_size, st.st_mtime))
-    return out
+    sizes = _Sizes.of(store)
+    return sizes.db + sizes.wal + sizes.files
 
 
 def _remove_unreferenced_blobs(store: str, summary: PruneSummary | None = None) -> tuple[int, int]:
@@ -228,7 +200,7 @@ def _remove_unreferenced_blobs(store: str, summary: PruneSummary | None = None) 
         con.close()
     grace = time.time() - BLOB_GRACE.total_seconds()
     files = removed = young = 0
-    for path, size, mtime in _blobs(store):
+    for path, size, mtime in payload_files(store):
         if os.path.basename(path).removesuffix(".gz") in referenced:
             continue
         if mtime > grace:
@@ -268,24 +240,19 @@ def _fit(store: str, summary: PruneSummary, max_bytes: int, compact: bool) -> No
         return
     summary.compacted = _compact(store, always=True)
     # room for two blocks: the record of this run, and the file's metadata, written after
-    limit = max_bytes - 2 * _block_size(store)
+    limit = max_bytes - 2 * base.block
     for what in ("payloads", "rows"):
         while store_bytes(store) > limit and _remove_tenth(store, summary, what):
             _compact(store, always=True)
 
 
-def _block_size(store: str) -> int:
-    con = connect(store, read_only=True)
-    try:
-        row = con.execute("SELECT block_size FROM pragma_database_size()").fetchone()
-    finally:
-        con.close()
-    return int(row[0]) if row else 262_144
-
-
 @dataclass(frozen=True)
 class _Sizes:
+    """One look at a DuckDB store's size: used blocks, write-ahead log, inline and file payloads."""
+
+    block: int
     db: int
+    wal: int
     inline: int
     files: int
     calls: int
@@ -300,7 +267,11 @@ class _Sizes:
             ).fetchone() or (0, 0)
         finally:
             con.close()
-        return cls(int(block) * int(used), int(inline), sum(size for _, size, _ in _blobs(store)), int(calls))
+        wal = store + ".wal"
+        return cls(
+            int(block), int(block) * int(used), os.path.getsize(wal) if os.path.exists(wal) else 0, int(inline),
+            sum(size for _, size, _ in payload_files(store)), int(calls),
+        )  # fmt: skip
 
 
 def _remove_tenth(store: str, summary: PruneSummary, what: str) -> bool:
