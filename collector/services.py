@@ -6,6 +6,7 @@ what is queued first.
 
 import argparse
 import contextlib
+import faulthandler
 import importlib.util
 import os
 import shutil
@@ -111,6 +112,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from collector.serve.receiver import ReceiverConfig, RunningReceiver
 
     load_rules(args.rules)  # a bad rules file stops us here, naming its line and key
+    # a crash in native code (DuckDB, its extensions) prints every thread's Python stack to
+    # stderr, the receiver's log, instead of ending the process without a word
+    faulthandler.enable()
     config = CollectorConfig.resolve(db=args.db, encoding=args.encoding)
     rc = ReceiverConfig(
         host=args.host,

@@ -175,6 +175,20 @@ def _lake_connect(path: str, create: bool, stop: threading.Event | None = None) 
     con = L.lake_cursor(spec)
     if path in _lake_schema_ready:
         return con
+    # One thread checks (and creates) the tables while no other starts a statement on the
+    # instance: the writer, retention and the alert watcher all reach a lake that is new or has
+    # just come back at once, and DDL beside another cursor's statement crashes in DuckLake.
+    # Every thread past this point has found the tables ready, so none is mid-statement here.
+    with L.exclusive():
+        if path in _lake_schema_ready:
+            return con
+        _check_lake_schema(con, spec, path, create, stop)
+    return con
+
+
+def _check_lake_schema(
+    con: duckdb.DuckDBPyConnection, spec: L.LakeSpec, path: str, create: bool, stop: threading.Event | None
+) -> None:
     try:
         if create:
             _create_lake_tables(con, stop)
@@ -197,7 +211,6 @@ def _lake_connect(path: str, create: bool, stop: threading.Event | None = None) 
         con.close()
         raise
     _lake_schema_ready.add(path)
-    return con
 
 
 def forget_lake_schema(path: str) -> None:

@@ -140,7 +140,16 @@ def _quote(text: str) -> str:
 
 
 _instances: dict[tuple[str, str | None], duckdb.DuckDBPyConnection] = {}
-_lock = threading.Lock()
+_lock = threading.RLock()
+"""Held to attach, to hand out a cursor, and (:func:`exclusive`) for DDL: a statement on one
+cursor while another commits ``CREATE TABLE`` in the same instance crashes the process
+inside DuckLake, so schema changes run alone."""
+
+
+def exclusive() -> threading.RLock:
+    """The lock under which no other thread attaches the lake or starts using a new cursor on it;
+    hold it to change the lake's schema."""
+    return _lock
 
 
 def _open(spec: LakeSpec) -> duckdb.DuckDBPyConnection:
@@ -174,12 +183,12 @@ def lake_cursor(spec: LakeSpec) -> duckdb.DuckDBPyConnection:
             con = _open(spec)
             _instances[key] = con
         cursor = con.cursor()
-    try:
-        # the default catalog is per connection, and a cursor is a new connection
-        cursor.execute(f"USE {ALIAS}")
-    except duckdb.Error as e:
-        cursor.close()
-        raise StoreError(f"cannot use the DuckLake {redact(PREFIX + spec.catalog)}: {redact(str(e))}") from e
+        try:
+            # the default catalog is per connection, and a cursor is a new connection
+            cursor.execute(f"USE {ALIAS}")
+        except duckdb.Error as e:
+            cursor.close()
+            raise StoreError(f"cannot use the DuckLake {redact(PREFIX + spec.catalog)}: {redact(str(e))}") from e
     return cursor
 
 

@@ -18,7 +18,7 @@ from collector.store.database import read_connection
 from collector.store.maintenance import maintain, migrate
 from collector.store.payloads import load_payload
 
-from .conftest import Lake
+from .conftest import Lake, PostgresServer
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 
@@ -201,3 +201,52 @@ def test_a_lake_rolls_its_closed_days_as_a_file_does(lake_store: str, tmp_path: 
         assert days == [2, 2]  # 11-09 and 11-10: closed a day before the newest call (11-12)
         assert ranking(a, exact=False) == ranking(b, exact=False)
         assert_close(ranking(b, exact=True), ranking(b, exact=False))
+
+
+_THREADS_AT_ONCE = r"""
+import sys, threading
+from collector.store.connection import connect
+
+barrier = threading.Barrier(3)
+failures = []
+
+
+def use(create: bool) -> None:
+    barrier.wait()  # all three reach the new lake together, as a receiver's threads do
+    for _ in range(3):
+        con = connect(sys.argv[1], read_only=not create)
+        try:
+            con.execute("SELECT count(*) FROM tool_calls").fetchall()
+        finally:
+            con.close()
+
+
+threads = [threading.Thread(target=use, args=(create,)) for create in (True, True, False)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+"""
+
+
+def test_threads_reaching_a_new_lake_at_once_do_not_crash_the_process(
+    lake: Lake, postgres: PostgresServer, tmp_path: Path
+) -> None:
+    # the writer, retention and the alert watcher of a receiver started while the catalog was
+    # away all reach the lake when it comes back; creating its tables beside another thread's
+    # statement crashed the process (SIGSEGV) in about one start in eight
+    import os
+    import subprocess
+    import sys
+
+    for trial in range(12):
+        dbname = f"{lake.dbname}_t{trial}"
+        postgres.create_database(dbname)
+        fresh = Lake(server=postgres, dbname=dbname, data_path=tmp_path / f"data{trial}", state_dir=lake.state_dir)
+        env = dict(os.environ, **{L.STATE_DIR_ENV: str(lake.state_dir), L.DATA_PATH_ENV: str(fresh.data_path)})
+        try:
+            child = subprocess.run([sys.executable, "-X", "faulthandler", "-c", _THREADS_AT_ONCE, fresh.uri],
+                                   env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+        finally:
+            postgres.drop_database(dbname)
+        assert child.returncode == 0, f"trial {trial}: exit {child.returncode}\n{L.redact(child.stderr[-4000:])}"
