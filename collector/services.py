@@ -114,7 +114,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     load_rules(args.rules)  # a bad rules file stops us here, naming its line and key
     # a crash in native code (DuckDB, its extensions) prints every thread's Python stack to
     # stderr, the receiver's log, instead of ending the process without a word
-    faulthandler.enable()
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # a stderr with no file behind it
+        faulthandler.enable()
     config = CollectorConfig.resolve(db=args.db, encoding=args.encoding)
     rc = ReceiverConfig(
         host=args.host,

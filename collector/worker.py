@@ -115,19 +115,21 @@ class BatchWorker(Generic[T]):
         """Queue ``item`` (``size`` payload bytes) unless full; O(1), never blocks on I/O."""
         with self._lock:
             self.offered += 1
+            queue = self._queue
+            queued = len(queue)
             held = self._held_bytes
-            if len(self._queue) >= self.max_items or (held and held + size > self.max_bytes):
+            if queued >= self.max_items or (held and held + size > self.max_bytes):
                 self.dropped += 1
                 if not self._full_warned:
                     self._full_warned = True
-                    logger.warning("%s (%d %ss queued, %d bytes held)", self.full_message, len(self._queue),
+                    logger.warning("%s (%d %ss queued, %d bytes held)", self.full_message, queued,
                                    self.what, held)  # fmt: skip
                 return False
-            self._queue.append((item, size))
+            queue.append((item, size))
             self._held_bytes = held + size
             self._accepted += 1
-            full = len(self._queue) >= self.batch_items
-        if full:
+        # a set Event is not set again: set() takes a lock, and the agent's thread runs this
+        if queued + 1 >= self.batch_items and not self._wake.is_set():
             self._wake.set()
         return True
 

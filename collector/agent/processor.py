@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from opentelemetry.trace import StatusCode, format_span_id, format_trace_id
 from collector.agent.forward import Forwarder, with_payloads
 from collector.agent.guard import contain
 from collector.agent.handoff import register_processor, take_payloads
+from collector.agent.relay import Relay
 from collector.config import CollectorConfig
 from collector.dialects import attributes as A
 from collector.dialects.spans import RESULT_KEYS, classify
@@ -135,6 +137,9 @@ class ToolResultProcessor(SpanProcessor):
         self._forward_to = forward_to
         self._forward_token = forward_token
         self._forwarder = Forwarder(forward_to, forward_token) if forward_to else None
+        self._relay = Relay(forward_to, forward_token) if forward_to else None
+        """Forwarding goes through the helper process; ``_forwarder`` sends from this process only
+        when the helper cannot run (then it is dropped, see :meth:`_forward`)."""
         self._meter_provider = meter_provider
         self._pipeline = _local_pipeline(self.config, meter_provider) if self._forwarder is None else None
         if self._pipeline is not None:
@@ -171,7 +176,10 @@ class ToolResultProcessor(SpanProcessor):
 
     def _at_fork_reinit(self) -> None:
         if self._forwarder is not None:
+            if self._relay is not None:
+                self._relay.abandon()  # the parent's helper: let go of its pipe, or it never sees EOF
             self._forwarder = Forwarder(self._forward_to or "", self._forward_token)
+            self._relay = Relay(self._forward_to or "", self._forward_token)
         else:
             self._pipeline = _local_pipeline(self.config, self._meter_provider)
         self._init_state()
@@ -183,8 +191,11 @@ class ToolResultProcessor(SpanProcessor):
             with self._pipeline.lock:
                 snap = dict(vars(self._pipeline.counters))
         else:
-            fw = self._forwarder
-            snap = {"forwarded": fw.sent if fw else 0, "failed": fw.failed if fw else 0}
+            fw, relay = self._forwarder, self._relay
+            snap = {
+                "forwarded": (fw.sent if fw else 0) + (relay.sent if relay else 0),
+                "failed": (fw.failed if fw else 0) + (relay.failed if relay else 0),
+            }
         w = self._worker
         snap.update(spans_seen=w.offered, dropped=w.dropped, queued=w.queued)
         return snap
@@ -196,19 +207,27 @@ class ToolResultProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         # The agent's thread: a filter and an append, nothing that grows with the payload.
+        # Written out rather than in helpers: each Python call here costs the agent ~60 ns.
         try:
-            attrs = _plain_attributes(span)
+            backing = getattr(getattr(span, "_attributes", None), "_dict", None)
+            attrs = backing if backing.__class__ is dict else _plain_attributes(span)
             kind = classify(span.name, attrs)
             if kind is None or self._shutdown:
                 return
             raw, view = take_payloads(span)
-            size = _attribute_payload_size(attrs)
+            size = 0
+            get = attrs.get
+            for key in _PAYLOAD_KEYS:  # characters of payloads carried as attributes
+                value = get(key)
+                if value is not None and value.__class__ in _TEXT:
+                    size += len(value)
             if raw is not None:
                 size += len(raw)
             if view is not None:
                 size += len(view)
-            # the span is immutable once ended; the worker reads it
-            self._worker.offer(Item(kind, span, raw, view), size)  # type: ignore[arg-type]
+            # the span is immutable once ended; the worker reads it. tuple.__new__: the
+            # NamedTuple's own constructor is Python code, twice the cost
+            self._worker.offer(_new_tuple(Item, (kind, span, raw, view)), size)
         except Exception:  # never into the agent
             contain("queueing a span in on_end", "the span is not recorded")
 
@@ -216,8 +235,7 @@ class ToolResultProcessor(SpanProcessor):
 
     def _write_items(self, items: list[Item]) -> None:
         if self._forwarder is not None:
-            spans = [with_payloads(i.span, i.raw, i.view) for i in items]  # type: ignore[arg-type]
-            self._forwarder.send(spans, stop=self._worker.stopping)
+            self._forward(items)
             return
         pipeline = self._pipeline
         assert pipeline is not None
@@ -235,6 +253,22 @@ class ToolResultProcessor(SpanProcessor):
         pipeline.write(batch, queued=w.queued)
         self._pending = None
 
+    def _forward(self, items: list[Item]) -> None:
+        relay = self._relay
+        if relay is not None:
+            try:
+                relay.send([(i.span, i.raw, i.view) for i in items])  # type: ignore[misc]
+                return
+            except OSError as e:
+                # no helper here (an embedded interpreter without a usable sys.executable, a
+                # process limit): send from this process from now on, as before the helper
+                logger.warning("toolmeter: %s; forwarding from the agent's process instead", e)
+                self._relay = None
+                relay.abandon()
+        assert self._forwarder is not None
+        spans = [with_payloads(i.span, i.raw, i.view) for i in items]  # type: ignore[arg-type]
+        self._forwarder.send(spans, stop=self._worker.stopping)
+
     def _give_up(self, items: list[Item], reason: BaseException) -> None:
         self._pending = None
         if self._pipeline is not None:
@@ -249,14 +283,21 @@ class ToolResultProcessor(SpanProcessor):
         """Write everything accepted so far; True when done within the timeout."""
         if os.getpid() != self._pid:
             return True
-        return self._worker.flush(timeout_millis / 1000)
+        deadline = time.monotonic() + timeout_millis / 1000
+        if not self._worker.flush(timeout_millis / 1000):
+            return False
+        relay = self._relay
+        return relay is None or relay.flush(max(0.0, deadline - time.monotonic()))
 
     def shutdown(self) -> None:
         """Write what is queued, stop the worker; idempotent."""
         if self._shutdown:
             return
         self._shutdown = True
+        started = time.monotonic()
         self._worker.shutdown(SHUTDOWN_TIMEOUT_S)
+        if self._relay is not None:
+            self._relay.close(max(5.0, SHUTDOWN_TIMEOUT_S - (time.monotonic() - started)))
 
 
 def _as_span_data(item: Item) -> Item:
@@ -279,13 +320,5 @@ def _plain_attributes(span: Any) -> Any:
 
 
 _PAYLOAD_KEYS = (A.VIEW, *RESULT_KEYS)
-
-
-def _attribute_payload_size(attrs: Any) -> int:
-    """Characters of payloads carried as attributes: five O(1) look-ups (on the hot path)."""
-    size = 0
-    for key in _PAYLOAD_KEYS:
-        value = attrs.get(key)
-        if value is not None and value.__class__ in (str, bytes):
-            size += len(value)
-    return size
+_TEXT = (str, bytes)
+_new_tuple = tuple.__new__

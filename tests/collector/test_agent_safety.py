@@ -139,24 +139,20 @@ def test_on_end_failures_are_contained_and_logged_once(provider_with, caplog, co
 
     provider, _ = provider_with(flush_interval=3600)
 
-    class Broken(dict):  # type: ignore[type-arg]
-        def get(self, *a: object) -> object:
-            raise RuntimeError("attribute read failed")
-
-    def broken(span: object) -> object:
-        return Broken()
+    def broken(name: str, attrs: object) -> object:
+        raise RuntimeError("attribute read failed")
 
     import collector.agent.processor as P
 
-    original = P._plain_attributes
-    P._plain_attributes = broken  # type: ignore[assignment]
+    original = P.classify
+    P.classify = broken  # type: ignore[assignment]
     try:
         with caplog.at_level(logging.DEBUG, logger="toolmeter"):
             for _ in range(3):
                 with provider.get_tracer("agent").start_as_current_span("execute_tool t"):
                     pass  # the agent's own code goes on
     finally:
-        P._plain_attributes = original
+        P.classify = original
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "on_end" in r.getMessage()]
     assert len(warnings) == 1 and warnings[0].exc_info
     assert sum("on_end" in r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG) == 2

@@ -1,0 +1,229 @@
+"""Forwarding mode's helper process: spans reach the receiver whole, its death is counted, forks are safe."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
+from opentelemetry.trace import Status, StatusCode
+
+from collector import ToolResultProcessor, record_tool_result
+from collector.agent.relay import Relay
+from collector.store.database import read_connection
+from tests.collector.conftest import TOKEN
+
+TOOL = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_orders"}
+
+
+def _provider(processor: ToolResultProcessor, **kw: object) -> TracerProvider:
+    provider = TracerProvider(shutdown_on_exit=False, resource=Resource.create({"service.name": "billing"}), **kw)  # type: ignore[arg-type]
+    provider.add_span_processor(processor)
+    return provider
+
+
+def _helper(processor: ToolResultProcessor) -> object:
+    relay = processor._relay
+    assert relay is not None and relay._helper is not None
+    return relay._helper.proc
+
+
+def test_forwarded_spans_arrive_whole_through_the_helper(serve, db_path: str, counter) -> None:  # type: ignore[no-untyped-def]
+    r = serve(token=TOKEN)
+    processor = ToolResultProcessor(forward_to=r.url, forward_token=TOKEN, flush_interval=0.05)
+    # two attributes over the limit: the count the SDK dropped must reach the receiver too
+    provider = _provider(processor, span_limits=SpanLimits(max_span_attributes=4))
+    tracer = provider.get_tracer("agent", "1.2")
+    raw = "\n".join(f'{{"id": {i}, "status": "paid"}}' for i in range(300))
+    with (
+        tracer.start_as_current_span("invoke_agent") as parent,
+        tracer.start_as_current_span("execute_tool search_orders", attributes=TOOL) as span,
+    ):
+        record_tool_result(span, raw=raw, view=raw[:200])
+        span.set_attribute("extra.one", 1)
+        span.set_attribute("extra.two", 2)
+        span.set_status(Status(StatusCode.ERROR, "upstream 502"))
+    assert processor.force_flush(10_000)
+    proc = _helper(processor)
+    provider.shutdown()
+    assert proc.poll() is not None, "the helper ends with the processor"  # type: ignore[attr-defined]
+    assert processor.counters["forwarded"] == 1 and processor.counters["failed"] == 0
+    assert r.receiver.flush()
+    with read_connection(db_path) as con:
+        row = con.execute(
+            "SELECT tool_name, service_name, parent_span_id, status, error, raw_bytes, raw_tokens, view_bytes, warnings "
+            "FROM tool_calls"
+        ).fetchone()
+    assert row is not None
+    assert row[:8] == ("search_orders", "billing", f"{parent.get_span_context().span_id:016x}", "error",
+                       "upstream 502", len(raw), counter.count(raw).tokens, 200)  # fmt: skip
+    assert any("dropped" in w and "attributes" in w for w in row[8]), row[8]
+
+
+def test_a_helper_that_dies_is_counted_and_the_next_batch_starts_a_new_one(serve, db_path: str) -> None:  # type: ignore[no-untyped-def]
+    r = serve()
+    processor = ToolResultProcessor(forward_to=r.url, flush_interval=0.05)
+    provider = _provider(processor)
+    tracer = provider.get_tracer("agent")
+    with tracer.start_as_current_span(
+        "execute_tool search_orders", attributes={**TOOL, "gen_ai.tool.call.result": "a"}
+    ):
+        pass
+    assert processor.force_flush(10_000)
+    first = _helper(processor)
+    first.kill()  # type: ignore[attr-defined]
+    first.wait()  # type: ignore[attr-defined]
+    with tracer.start_as_current_span(
+        "execute_tool search_orders", attributes={**TOOL, "gen_ai.tool.call.result": "b"}
+    ):
+        pass
+    assert processor.force_flush(10_000)
+    assert _helper(processor) is not first
+    provider.shutdown()
+    assert processor.counters["forwarded"] == 2
+    assert r.receiver.flush()
+    with read_connection(db_path) as con:
+        assert con.execute("SELECT count(*) FROM tool_calls").fetchone() == (2,)
+
+
+def test_spans_a_helper_held_when_it_died_are_counted_as_failed() -> None:
+    # a receiver that never answers: the helper holds the batch in its retries when it is killed
+    import socket
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        relay = Relay(f"http://127.0.0.1:{silent.getsockname()[1]}")
+        provider = TracerProvider(shutdown_on_exit=False)
+        with provider.get_tracer("t").start_as_current_span("execute_tool t", attributes=TOOL) as span:
+            pass
+        relay.send([(span, None, None)] * 3)  # type: ignore[list-item]
+        assert relay._helper is not None
+        proc = relay._helper.proc
+        time.sleep(0.5)
+        proc.kill()
+        deadline = time.monotonic() + 10
+        while relay.failed < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        relay.close(5)
+    assert (relay.sent, relay.failed) == (0, 3) and relay.exits == [-signal.SIGKILL]
+
+
+def test_a_forked_child_does_not_hold_the_parents_helper_open(serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # the child inherits the pipe to the parent's helper; if it kept it, the helper would never
+    # see the end of its input and the parent's shutdown would wait out its timeout
+    r = serve()
+    processor = ToolResultProcessor(forward_to=r.url, flush_interval=0.05)
+    provider = _provider(processor)
+    with provider.get_tracer("agent").start_as_current_span("execute_tool search_orders", attributes=TOOL):
+        pass
+    assert processor.force_flush(10_000)
+    pid = os.fork()
+    if pid == 0:  # the child outlives the parent's shutdown, doing nothing
+        time.sleep(20)
+        os._exit(0)
+    try:
+        started = time.monotonic()
+        provider.shutdown()
+        took = time.monotonic() - started
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert took < 10, f"shutdown took {took:.1f} s"
+    assert processor.counters["forwarded"] == 1
+
+
+def _rebuild(resources: list, scopes: list, flat: list) -> list:  # type: ignore[type-arg]
+    """The flattened spans as SDK spans again, for the SDK's own encoder to encode."""
+    from opentelemetry.attributes import BoundedAttributes
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+    from opentelemetry.sdk.util import BoundedList
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace import Link, SpanContext, SpanKind, TraceState
+
+    def bounded(attrs: dict, dropped: int) -> BoundedAttributes:  # type: ignore[type-arg]
+        b = BoundedAttributes(maxlen=None, attributes=attrs, immutable=False)
+        b.dropped = dropped
+        return b
+
+    def listed(items: list, dropped: int) -> BoundedList:  # type: ignore[type-arg]
+        b = BoundedList.from_seq(None, items)
+        b.dropped = dropped
+        return b
+
+    res = [Resource(a, url or None) for a, url in resources]
+    sc = [InstrumentationScope(s[0], s[1], s[2], s[3]) if s is not None else None for s in scopes]
+    out = []
+    for (name, trace_id, span_id, state, parent_id, parent_remote, kind, start, end, attrs, dropped, code, desc,
+         events, links, dropped_events, dropped_links, r, s) in flat:  # fmt: skip
+        trace_state = TraceState([tuple(kv.split("=", 1)) for kv in state.split(",")]) if state else None
+        out.append(ReadableSpan(
+            name=name,
+            context=SpanContext(trace_id, span_id, is_remote=False, trace_state=trace_state),
+            parent=SpanContext(trace_id, parent_id, is_remote=parent_remote) if parent_id is not None else None,
+            resource=res[r], attributes=bounded(attrs, dropped),
+            events=listed([Event(n, bounded(a, d), timestamp=t) for n, t, a, d in events], dropped_events),
+            links=listed([Link(SpanContext(lt, ls, is_remote=lr), bounded(a, d)) for lt, ls, lr, a, d in links],
+                         dropped_links),
+            kind=SpanKind(kind), status=Status(StatusCode(code), desc), start_time=start, end_time=end,
+            instrumentation_scope=sc[s],
+        ))  # fmt: skip
+    return out
+
+
+def test_the_helpers_encoding_equals_the_sdks_field_for_field() -> None:
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.trace import Link, NonRecordingSpan, SpanKind, TraceFlags, TraceState, set_span_in_context
+    from opentelemetry.trace import SpanContext as Ctx
+
+    from collector.agent.relay import encode, flatten
+
+    class Keep(SpanProcessor):
+        def __init__(self) -> None:
+            self.spans: list[object] = []
+
+        def on_end(self, span: object) -> None:
+            self.spans.append(span)
+
+    keep = Keep()
+    spans: list[tuple[object, object, object]] = []
+    remote = Ctx(0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED),
+                 trace_state=TraceState([("vendor", "v1"), ("k", "2")]))  # fmt: skip
+    for service, schema in (("billing", "https://opentelemetry.io/schemas/1.21.0"), ("search", None)):
+        provider = TracerProvider(shutdown_on_exit=False, resource=Resource({"service.name": service, "n": 3}, schema),
+                                  span_limits=SpanLimits(max_span_attributes=6, max_events=1, max_links=1))  # fmt: skip
+        provider.add_span_processor(keep)
+        for scope in ("agent", "tools"):
+            tracer = provider.get_tracer(scope, "0.3", schema_url="https://example.com/s", attributes={"lib": scope})
+            with tracer.start_as_current_span(
+                "execute_tool search_orders", context=set_span_in_context(NonRecordingSpan(remote)),
+                kind=SpanKind.CLIENT, links=[Link(remote, {"why": "retry"}), Link(remote)],
+                attributes={**TOOL, "b": True, "i": 7, "f": 0.5, "arr": ("a", "b"), "ints": (1, 2), "gen_ai.tool.call.result": '{"x": 1}'},
+            ) as span:  # fmt: skip
+                span.add_event("gen_ai.tool.message", {"content": "hi", "n": 1})
+                span.add_event("dropped by the limit")
+                span.set_attribute("over.limit", 1)
+                span.set_status(Status(StatusCode.ERROR, "boom"))
+            with tracer.start_as_current_span("chat gpt-5", kind=SpanKind.SERVER):
+                pass
+    spans = [(s, None, None) for s in keep.spans]
+    tool = next(i for i, (s, _, _) in enumerate(spans) if s.name.startswith("execute_tool"))  # type: ignore[attr-defined]
+    spans[tool] = (spans[tool][0], "the raw result", b"the view")
+    resources, scopes, flat = flatten(spans)  # type: ignore[arg-type]
+    ours = ExportTraceServiceRequest.FromString(encode(resources, scopes, flat))
+    sdk = encode_spans(_rebuild(resources, scopes, flat))
+    assert ours == sdk
+    assert len(ours.resource_spans) == 2 and all(len(r.scope_spans) == 2 for r in ours.resource_spans)
+    sent = [s for r in ours.resource_spans for ss in r.scope_spans for s in ss.spans]
+    first = next(s for s in sent if s.name.startswith("execute_tool"))
+    attrs = {kv.key: kv.value for kv in first.attributes}
+    assert (
+        attrs["toolmeter.raw"].string_value == "the raw result" and attrs["toolmeter.view"].string_value == "the view"
+    )
+    assert first.dropped_attributes_count == 3 and first.dropped_events_count == 1 and first.dropped_links_count == 1
+    assert first.trace_state == "vendor=v1,k=2" and first.parent_span_id == (0xDEF).to_bytes(8, "big")
+    assert first.flags == 0x300  # the parent is remote, and the flags say that they say so
