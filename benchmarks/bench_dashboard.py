@@ -28,6 +28,7 @@ from pathlib import Path
 import duckdb
 
 from collector.query.ranking import Filters
+from collector.store.connection import connect
 from collector.store.database import Store, read_connection, recount_all_later_llm_calls
 from dashboard import queries
 
@@ -39,7 +40,7 @@ BIG_TRACE = "f" * 32
 
 def build(path: str, calls: int) -> None:
     Store(path).ensure_schema()
-    con = duckdb.connect(path)
+    con = connect(path, read_only=False)  # as a collector opens it: the same row-group size
     t0 = time.perf_counter()
     populate(con, calls)
     con.close()

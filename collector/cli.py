@@ -108,6 +108,10 @@ def _add_serve(sub: Any, db_default: str) -> None:
     )
     p.add_argument("--max-body-bytes", type=int, default=None, help="largest request accepted (default 64 MiB)")
     p.add_argument("--spool", default=None, help="spool folder (default: <db>.spool)")
+    p.add_argument(
+        "--measure-processes", type=int, default=None, metavar="N",
+        help="worker processes measuring large batches (default: one per core, at most 4; 1: none)",
+    )  # fmt: skip
     p.add_argument("--rules", default=None, help="alert rules (TOML), evaluated every --watch-interval seconds")
     p.add_argument("--webhook", default=None, help="POST new alerts here (or set TOOLMETER_WEBHOOK_URL)")
     p.add_argument("--watch-interval", type=float, default=300.0, help="seconds between alert evaluations")

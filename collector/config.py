@@ -27,6 +27,9 @@ variable                           meaning                                      
 ``TOOLMETER_RETAIN``               rows kept this long (``serve``, ``prune``)        ``30d``
 ``TOOLMETER_RETAIN_PAYLOADS``      payloads kept this long                           ``7d``
 ``TOOLMETER_MAX_STORE_BYTES``      prune the oldest beyond this size                 none
+``TOOLMETER_MEASURE_PROCESSES``    processes ``serve`` measures large batches in     cores, at most 4
+``TOOLMETER_RELAY_ENDPOINT``       set by the processor for its forwarding helper    (internal)
+``TOOLMETER_RELAY_TOKEN``          the same helper's bearer token                    (internal)
 ``TOOLMETER_STRICT``               re-raise failures on the agent's thread (tests)   off
 =================================  ================================================  ======================
 
@@ -81,6 +84,11 @@ STRICT_ENV: Final = "TOOLMETER_STRICT"
 """Re-raise failures on the agent's thread instead of logging them (toolmeter's tests; never in production)."""
 
 
+MEASURE_PROCESSES_ENV: Final = "TOOLMETER_MEASURE_PROCESSES"
+RELAY_ENDPOINT_ENV: Final = "TOOLMETER_RELAY_ENDPOINT"
+"""Where the forwarding helper sends (set by the processor in the helper's environment only)."""
+RELAY_TOKEN_ENV: Final = "TOOLMETER_RELAY_TOKEN"
+"""The helper's bearer token: in its environment, not on its command line that ``ps`` shows."""
 RETAIN_ENV: Final = "TOOLMETER_RETAIN"
 RETAIN_PAYLOADS_ENV: Final = "TOOLMETER_RETAIN_PAYLOADS"
 MAX_STORE_BYTES_ENV: Final = "TOOLMETER_MAX_STORE_BYTES"
@@ -106,6 +114,24 @@ def receiver_token(given: str | None = None) -> str | None:
 
 def max_body_bytes(given: int | None = None) -> int:
     return given if given else env_bytes(MAX_BODY_BYTES_ENV, DEFAULT_MAX_BODY_BYTES)
+
+
+def measure_processes(given: int | None = None) -> int:
+    """Processes ``serve`` measures large batches in: the argument, else the variable, else one
+    per core (at most 4); 1 measures on the receiver's own threads."""
+    if given is not None:
+        value = given
+    elif text := env_text(MEASURE_PROCESSES_ENV):
+        try:
+            value = int(text)
+        except ValueError:
+            raise ConfigError(f"{MEASURE_PROCESSES_ENV}={text!r} is not a whole number of processes") from None
+    else:
+        return min(os.cpu_count() or 1, 4)
+    if value < 1:
+        raise ConfigError(f"{MEASURE_PROCESSES_ENV if given is None else '--measure-processes'} must be at least 1 "
+                          f"(1: measure on the receiver's threads), not {value}")  # fmt: skip
+    return value
 
 
 def webhook_url(given: str | None = None) -> str | None:

@@ -124,8 +124,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         token=config_module.receiver_token(args.token),
         max_body_bytes=config_module.max_body_bytes(args.max_body_bytes),
         spool_dir=args.spool,
+        measure_processes=config_module.measure_processes(args.measure_processes),
     )
     running = RunningReceiver(config, rc)
+    running.receiver.start_measuring_processes()
     stop = threading.Event()
     watcher = threading.Thread(
         target=run_watch,

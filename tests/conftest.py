@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -103,11 +104,20 @@ def provider_with(db_path: str) -> Iterator:  # type: ignore[type-arg]
         provider.shutdown()
 
 
+def _is_resource_tracker(proc: Any) -> bool:
+    """multiprocessing's own helper, started with the first spawned process (a receiver's
+    measuring workers) and ended by the interpreter at exit: not a process a test left."""
+    try:
+        return "multiprocessing.resource_tracker" in " ".join(proc.cmdline())
+    except Exception:
+        return False
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run when a process a test started outlives the tests (then end it)."""
     import psutil
 
-    left = psutil.Process().children(recursive=True)
+    left = [p for p in psutil.Process().children(recursive=True) if not _is_resource_tracker(p)]
     _, alive = psutil.wait_procs(left, timeout=5)
     if not alive:
         return

@@ -3,9 +3,9 @@
 Building OTLP protobuf is Python work (one message object per attribute), and in the
 agent's interpreter it competes with the agent for the GIL. So in forwarding mode the
 processor's worker thread only flattens each finished span into a tuple of plain values
-and writes it, with :mod:`marshal` (C, no Python per value), to this helper's stdin; the
-helper rebuilds the spans, encodes them with the SDK's own OTLP encoder and POSTs them
-(:class:`collector.agent.forward.Forwarder`: gzip, retries, bearer token).
+and writes it, marshalled, to this helper's stdin (:mod:`collector.agent.frames`); the
+helper encodes them as the SDK's OTLP encoder would and POSTs them
+(:class:`collector.agent.forward.Forwarder`: retries, bearer token, gzip off loopback).
 
 The protocol on the pipes:
 
@@ -30,7 +30,6 @@ import marshal
 import os
 import queue
 import signal
-import struct
 import subprocess
 import sys
 import threading
@@ -38,120 +37,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Final
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
-from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope as PbScope
-from opentelemetry.proto.resource.v1.resource_pb2 import Resource as PbResource
-from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, SpanFlags
-from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
-from opentelemetry.proto.trace.v1.trace_pb2 import Status as PbStatus
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import SpanKind, StatusCode
 
-from collector.dialects import attributes as A
+from collector.agent.frames import LENGTH, encode, flatten, frame
+from collector.config import RELAY_ENDPOINT_ENV, RELAY_TOKEN_ENV
 
 logger = logging.getLogger("toolmeter")
 
-ENDPOINT_ENV: Final = "TOOLMETER_RELAY_ENDPOINT"
-TOKEN_ENV: Final = "TOOLMETER_RELAY_TOKEN"
 HELPER_NICENESS: Final = 10
 """How much lower than the agent the helper's CPU priority is (``nice``)."""
 PIPE_BYTES: Final = 1 << 20
 """The pipe's buffer (Linux's default ceiling for an unprivileged process)."""
-_LENGTH = struct.Struct("<I")
-
-
-def _plain(attributes: Any) -> dict[str, Any]:
-    """A span's, event's or resource's attributes as the dict behind them (immutable once the
-    span ended), or a copy when the SDK stores them otherwise."""
-    backing = getattr(attributes, "_dict", None)
-    if isinstance(backing, dict):
-        return backing
-    return dict(attributes or {})
-
-
-_KIND = {kind: kind.value for kind in SpanKind}
-_CODE = {code: code.value for code in StatusCode}
-
-
-def flatten(
-    spans: Sequence[tuple[ReadableSpan, str | bytes | None, str | bytes | None]],
-) -> tuple[list[Any], list[Any], list[Any]]:
-    """(resources, scopes, spans) of plain values for :mod:`marshal`; payloads parked by
-    :func:`collector.record_tool_result` join the span's attributes as ``toolmeter.raw`` /
-    ``toolmeter.view`` (of this copy only).
-
-    On the agent's interpreter (the processor's worker thread), so it reads each field once
-    and builds no object per attribute: about 1 us a span."""
-    resources: list[Any] = []
-    scopes: list[Any] = []
-    resource_index: dict[int, int] = {}
-    scope_index: dict[int, int] = {}
-    out: list[Any] = []
-    append = out.append
-    for span, raw, view in spans:
-        resource = span.resource
-        r = resource_index.get(id(resource))
-        if r is None:
-            r = resource_index[id(resource)] = len(resources)
-            resources.append((_plain(resource.attributes), resource.schema_url or ""))
-        scope = span.instrumentation_scope
-        s = scope_index.get(id(scope))
-        if s is None:
-            s = scope_index[id(scope)] = len(scopes)
-            scopes.append(
-                (scope.name, scope.version, scope.schema_url, _plain(scope.attributes)) if scope is not None else None
-            )
-        # the SDK's own stores, read once (the properties wrap or copy them); see _plain
-        bounded = getattr(span, "_attributes", None)
-        attrs = _plain(bounded if bounded is not None else span.attributes)
-        if raw is not None or view is not None:
-            attrs = dict(attrs)
-            for key, value in ((A.RAW, raw), (A.VIEW, view)):
-                if value is not None:
-                    attrs[key] = value if isinstance(value, str) else value.decode("utf-8", errors="replace")
-        ctx = span.context
-        parent = span.parent
-        status = span.status
-        events = getattr(span, "_events", None)
-        if events is None:
-            events = span.events
-        links = getattr(span, "_links", None)
-        if links is None:
-            links = span.links
-        append((
-            span.name,
-            ctx.trace_id if ctx else 0, ctx.span_id if ctx else 0,
-            ",".join(f"{k}={v}" for k, v in ctx.trace_state.items()) if ctx and ctx.trace_state else None,
-            parent.span_id if parent else None, bool(parent.is_remote) if parent else False,
-            _KIND.get(span.kind, 0), span.start_time, span.end_time,
-            attrs, getattr(bounded, "dropped", 0),
-            _CODE.get(status.status_code, 0), status.description,
-            [(e.name, e.timestamp, _plain(e.attributes), e.dropped_attributes) for e in events] if events else (),
-            [(link.context.trace_id, link.context.span_id, bool(link.context.is_remote), _plain(link.attributes),
-              link.dropped_attributes) for link in links] if links else (),
-            getattr(events, "dropped", 0), getattr(links, "dropped", 0),
-            r, s,
-        ))  # fmt: skip
-    return resources, scopes, out
-
-
-def _frame(message: tuple[Any, ...]) -> bytes:
-    try:
-        data = marshal.dumps(message)
-    except ValueError:  # a value marshal does not know (a custom SDK's attribute type): as text
-        data = marshal.dumps(_as_text(message))
-    return _LENGTH.pack(len(data)) + data
-
-
-def _as_text(value: Any) -> Any:
-    if value is None or isinstance(value, (str, bytes, bool, int, float)):
-        return value
-    if isinstance(value, dict):
-        return {str(k): _as_text(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_as_text(v) for v in value) if isinstance(value, tuple) else [_as_text(v) for v in value]
-    return str(value)
 
 
 @dataclass
@@ -196,10 +92,10 @@ class Relay:
                     helper.proc.stdin.close()
         if not sys.executable:
             raise OSError("this interpreter names no sys.executable to start the forwarding helper with")
-        env = dict(os.environ, **{ENDPOINT_ENV: self.endpoint})
-        env.pop(TOKEN_ENV, None)
+        env = dict(os.environ, **{RELAY_ENDPOINT_ENV: self.endpoint})
+        env.pop(RELAY_TOKEN_ENV, None)
         if self.token:
-            env[TOKEN_ENV] = self.token
+            env[RELAY_TOKEN_ENV] = self.token
         # the helper imports this package from where the agent found it, whatever its sys.path
         home = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (home, env.get("PYTHONPATH")) if p)
@@ -248,7 +144,7 @@ class Relay:
     def _write(self, kind: str, body: tuple[Any, ...], spans: int = 0) -> tuple[_Helper, int]:
         with self._writing:
             self._seq += 1
-            return self._write_locked(_frame((kind, self._seq, *body)), spans), self._seq
+            return self._write_locked(frame((kind, self._seq, *body)), spans), self._seq
 
     def _write_locked(self, frame: bytes, spans: int) -> _Helper:
         for attempt in (1, 2):  # a helper that died is started again, once
@@ -319,111 +215,13 @@ class Relay:
 # --- the helper process ------------------------------------------------------------------------
 
 
-def encode(resources: list[Any], scopes: list[Any], flat: list[Any]) -> bytes:
-    """An OTLP ``ExportTraceServiceRequest`` of flattened spans, field for field what the SDK's
-    encoder (``encode_spans``) makes of the same spans, in a quarter of its time: no SDK span
-    is rebuilt and no value passes through a mapping proxy (a test holds the two equal)."""
-    local, remote = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK, SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
-    grouped: dict[int, dict[int, list[Any]]] = {}
-    for (name, trace_id, span_id, trace_state, parent_id, parent_remote, kind, start, end, attrs, dropped,
-         code, description, events, links, dropped_events, dropped_links, r, s) in flat:  # fmt: skip
-        tid = trace_id.to_bytes(16, "big")
-        span = PbSpan(
-            trace_id=tid,
-            span_id=span_id.to_bytes(8, "big"),
-            trace_state=trace_state,
-            parent_span_id=parent_id.to_bytes(8, "big") if parent_id is not None else b"",
-            name=name,
-            kind=kind + 1,  # OTLP counts SPAN_KIND_UNSPECIFIED as 0
-            start_time_unix_nano=start,
-            end_time_unix_nano=end,
-            attributes=_key_values(attrs),
-            events=[
-                PbSpan.Event(name=n, time_unix_nano=t, attributes=_key_values(a), dropped_attributes_count=d)
-                for n, t, a, d in events
-            ]
-            or None,
-            links=[
-                PbSpan.Link(
-                    trace_id=lt.to_bytes(16, "big"),
-                    span_id=ls.to_bytes(8, "big"),
-                    attributes=_key_values(a),
-                    dropped_attributes_count=d,
-                    flags=local | (remote if lr else 0),
-                )
-                for lt, ls, lr, a, d in links
-            ]
-            or None,
-            status=PbStatus(code=code, message=description),
-            dropped_attributes_count=dropped,
-            dropped_events_count=dropped_events,
-            dropped_links_count=dropped_links,
-            flags=local | (remote if parent_remote else 0),
-        )
-        grouped.setdefault(r, {}).setdefault(s, []).append(span)
-    out = []
-    for r, by_scope in grouped.items():
-        attrs, schema_url = resources[r]
-        scope_spans = []
-        for s, spans in by_scope.items():
-            scope = scopes[s]
-            scope_spans.append(
-                ScopeSpans(
-                    scope=PbScope(name=scope[0], version=scope[1], attributes=_key_values(scope[3]))
-                    if scope is not None
-                    else PbScope(),
-                    spans=spans,
-                    schema_url=(scope[2] or "") if scope is not None else "",
-                )
-            )
-        out.append(
-            ResourceSpans(
-                resource=PbResource(attributes=_key_values(attrs)), scope_spans=scope_spans, schema_url=schema_url
-            )
-        )
-    return bytes(ExportTraceServiceRequest(resource_spans=out).SerializeToString())
-
-
-def _key_values(attrs: dict[str, Any] | None) -> list[Any]:
-    if not attrs:
-        return []
-    out = []
-    for key, value in attrs.items():
-        encoded = _any_value(value)
-        if encoded is not None:
-            out.append(KeyValue(key=key, value=encoded))
-    return out
-
-
-def _any_value(value: Any) -> Any:
-    t = value.__class__
-    if t is str:
-        return AnyValue(string_value=value)
-    if t is bool:
-        return AnyValue(bool_value=value)
-    if t is int:
-        return AnyValue(int_value=value)
-    if t is float:
-        return AnyValue(double_value=value)
-    if value is None:
-        return AnyValue()
-    if t is bytes:
-        return AnyValue(bytes_value=value)
-    if t is tuple or t is list:
-        return AnyValue(array_value=ArrayValue(values=[v for v in map(_any_value, value) if v is not None]))
-    if t is dict:
-        return AnyValue(kvlist_value=KeyValueList(values=_key_values({str(k): v for k, v in value.items()})))
-    logger.warning("toolmeter relay: an attribute value of type %s cannot be sent; left out", t.__name__)
-    return None
-
-
 def _read_frames(stdin: IO[bytes], inbox: queue.Queue[Any], eof: threading.Event) -> None:
     try:
         while True:
-            head = stdin.read(_LENGTH.size)
-            if len(head) < _LENGTH.size:
+            head = stdin.read(LENGTH.size)
+            if len(head) < LENGTH.size:
                 break
-            (size,) = _LENGTH.unpack(head)
+            (size,) = LENGTH.unpack(head)
             data = stdin.read(size)
             if len(data) < size:
                 break
@@ -443,12 +241,12 @@ def run_helper() -> int:
         # helper falls behind, the processor's queue fills and drops are counted)
         os.nice(HELPER_NICENESS)
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
-    endpoint = os.environ.get(ENDPOINT_ENV)
+    endpoint = os.environ.get(RELAY_ENDPOINT_ENV)
     if not endpoint:
-        print(f"toolmeter relay: {ENDPOINT_ENV} is not set; this helper is started by ToolResultProcessor",
+        print(f"toolmeter relay: {RELAY_ENDPOINT_ENV} is not set; this helper is started by ToolResultProcessor",
               file=sys.stderr)  # fmt: skip
         return 2
-    forwarder = Forwarder(endpoint, os.environ.get(TOKEN_ENV) or None)
+    forwarder = Forwarder(endpoint, os.environ.get(RELAY_TOKEN_ENV) or None)
     inbox: queue.Queue[Any] = queue.Queue(maxsize=4)
     eof = threading.Event()
     threading.Thread(target=_read_frames, args=(sys.stdin.buffer, inbox, eof), daemon=True).start()

@@ -9,9 +9,9 @@ Request path (kept short so exporters never wait on token counting):
 4. append the body to the spool and fsync it (:mod:`collector.serve.spool`): only now is the
    request **safe**, and only now is it acknowledged (200 / ``OK``).
 
-Measuring runs on a background thread that batches spooled requests, measures them on a
-thread pool (tiktoken releases the GIL, so counting uses both cores), and writes one
-DuckDB transaction per batch together with the spool position it reached. This process is
+Measuring runs on a background thread that batches spooled requests, measures a large batch
+in worker processes (:mod:`collector.serve.measuring`: every core) and a small one on a thread
+pool, and writes one DuckDB transaction per batch together with the spool position it reached. This process is
 the one owner of the DuckDB file; the dashboard reads between flushes.
 """
 
@@ -24,21 +24,20 @@ import socket
 import sys
 import threading
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 from aiohttp import web
 
+from collector import config as config_module
 from collector.config import DEFAULT_MAX_BODY_BYTES, CollectorConfig
-from collector.decode.request import JSON, PROTOBUF, decode_logs, decode_traces
-from collector.dialects.spans import LLM, TOOL, classify
-from collector.errors import InputError, StoreError
-from collector.model import Item
+from collector.errors import StoreError
 from collector.pipeline import Pipeline, interleaved
 from collector.serve import spool as S
 from collector.serve.exports import QueueFull
 from collector.serve.grpc_api import make_grpc_server
 from collector.serve.http_api import make_app
+from collector.serve.measuring import MeasuringPool, decode_requests
 from collector.store.database import Batch, read_progress
 from collector.store.lake import LakeSpec, is_lake, redact
 from collector.worker import BatchWorker
@@ -65,6 +64,9 @@ class ReceiverConfig:
     config's ``max_queued_bytes`` (``TOOLMETER_MAX_QUEUED_BYTES``, 256 MiB by default)."""
     spool_dir: str | None = None
     workers: int = 2
+    """Threads measuring a batch in this process (small batches, or when no process can start)."""
+    measure_processes: int = field(default_factory=config_module.measure_processes)
+    """Worker processes measuring large batches (:mod:`collector.serve.measuring`); 1: none."""
 
 
 class Receiver:
@@ -87,6 +89,7 @@ class Receiver:
         self.spool = S.Spool(spool_dir)
         self._abandoned = False
         self._pool = futures.ThreadPoolExecutor(max_workers=rc.workers, thread_name_prefix="toolmeter-measure")
+        self._processes = MeasuringPool(config, self.pipeline.collector_id, rc.measure_processes)
         try:
             self.pipeline.store.ensure_schema()
             progress = read_progress(self.config.db, self.receiver_id)
@@ -117,6 +120,10 @@ class Receiver:
         # requests stay in the spool, so giving up a write there loses nothing
         self.pipeline.store.stop = self._worker.stopping
         self._recover(progress)
+
+    def start_measuring_processes(self) -> None:
+        """Start the measuring processes now, not at the first large batch (a long-running ``serve``)."""
+        self._processes.start()
 
     # --- acceptance (request threads) ---------------------------------------------------
 
@@ -174,27 +181,29 @@ class Receiver:
         logger.warning("toolmeter receiver: %d request(s) stay in the spool %s and are written at the next start",
                        len(records), self.spool.folder)  # fmt: skip
 
-    def _items(self, kind: int, body: bytes) -> list[Item]:
-        content_type = PROTOBUF if kind in (S.TRACES_PROTOBUF, S.LOGS_PROTOBUF) else JSON
-        if kind in (S.TRACES_PROTOBUF, S.TRACES_JSON):
-            decoded = decode_traces(body, content_type, "otlp")
-            return [Item(k, s) for s in decoded.spans if (k := classify(s.name, s.attributes)) in (TOOL, LLM)]
-        decoded = decode_logs(body, content_type, "otlp")
-        return [Item("log", log) for log in decoded.logs]  # type: ignore[arg-type]
-
-    def _write(self, records: list[tuple[int, int, int, bytes]]) -> None:
-        items: list[Item] = []
-        for _, _, kind, body in records:
-            try:
-                items += self._items(kind, body)
-            except InputError as e:  # was valid when accepted; only a changed decoder gets here
-                logger.error("toolmeter receiver: spooled request no longer decodes: %s", e)
+    def _measure(self, records: list[Record]) -> Batch:
+        requests = [(kind, body) for _, _, kind, body in records]
+        batch = Batch()
+        if self._processes.worth_it(requests):
+            parts = self._processes.measure(requests)
+            if parts is not None:
+                failed = 0
+                for part, n in parts:
+                    batch.extend(part)
+                    failed += n
+                with self.pipeline.lock:
+                    self.pipeline.counters.failed += failed
+                return batch
+        items = decode_requests(requests)
         # interleaved chunks, at least two per worker: a few megabyte results must not all
         # land on one thread while the other idles
         chunks = interleaved(items, max(self.rc.workers * 2, -(-len(items) // 128)))
-        batch = Batch()
         for part in self._pool.map(self.pipeline.build_batch, chunks):
             batch.extend(part)
+        return batch
+
+    def _write(self, records: list[Record]) -> None:
+        batch = self._measure(records)
         last = records[-1]
         batch.progress = (self.receiver_id, last[0], last[1])
         self.pipeline.write(batch, queued=self._worker.queued)
@@ -210,6 +219,7 @@ class Receiver:
             logger.error("toolmeter receiver: %d request(s) stay in the spool %s and are written at the next start",
                          self._worker.queued, self.spool.folder)  # fmt: skip
         self._pool.shutdown(wait=True)
+        self._processes.close()
         self.spool.close()
         return done
 

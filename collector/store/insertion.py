@@ -189,13 +189,17 @@ def insert_batch(con: duckdb.DuckDBPyConnection, batch: Batch, lake: bool) -> Wr
         return written
     # read in the same transaction as the write: the late join sees exactly what is stored
     traces = [batch.join_traces]
+    unclaimed = rows_as_dicts(con.execute(_UNCLAIMED_VIEWS, traces))
+    # id-less calls are matched to the views no call claims, of their own trace only: read
+    # them for those traces (none, usually), not for every trace the batch touched
+    claiming = sorted({v["trace_id"] for v in unclaimed})
     return WriteResult(
         written.tool_calls,
         written.llm_calls,
         written.duplicates,
         pending_joins=rows_as_dicts(con.execute(_PENDING_JOINS, traces)),
-        idless_calls=rows_as_dicts(con.execute(_IDLESS_CALLS, traces)),
-        unclaimed_views=rows_as_dicts(con.execute(_UNCLAIMED_VIEWS, traces)),
+        idless_calls=rows_as_dicts(con.execute(_IDLESS_CALLS, [claiming])) if claiming else [],
+        unclaimed_views=unclaimed,
     )
 
 

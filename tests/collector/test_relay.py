@@ -180,7 +180,7 @@ def test_the_helpers_encoding_equals_the_sdks_field_for_field() -> None:
     from opentelemetry.trace import Link, NonRecordingSpan, SpanKind, TraceFlags, TraceState, set_span_in_context
     from opentelemetry.trace import SpanContext as Ctx
 
-    from collector.agent.relay import encode, flatten
+    from collector.agent.frames import encode, flatten
 
     class Keep(SpanProcessor):
         def __init__(self) -> None:

@@ -1,0 +1,223 @@
+"""Finished spans as plain values, framed for a pipe, and as OTLP protobuf.
+
+The forwarding helper's wire (:mod:`collector.agent.relay`): on the agent's side
+:func:`flatten` reads each span's fields once into tuples of plain values and :func:`frame`
+marshals them (C, no Python per value); on the helper's side :func:`encode` turns them into
+the ``ExportTraceServiceRequest`` the SDK's own encoder would make of the same spans.
+"""
+
+from __future__ import annotations
+
+import logging
+import marshal
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
+from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope as PbScope
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource as PbResource
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, SpanFlags
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
+from opentelemetry.proto.trace.v1.trace_pb2 import Status as PbStatus
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanKind, StatusCode
+
+from collector.dialects import attributes as A
+
+logger = logging.getLogger("toolmeter")
+
+LENGTH = struct.Struct("<I")
+"""A frame's header: the marshalled message's length, 4 bytes little-endian."""
+
+
+def _plain(attributes: Any) -> dict[str, Any]:
+    """A span's, event's or resource's attributes as the dict behind them (immutable once the
+    span ended), or a copy when the SDK stores them otherwise."""
+    backing = getattr(attributes, "_dict", None)
+    if isinstance(backing, dict):
+        return backing
+    return dict(attributes or {})
+
+
+_KIND = {kind: kind.value for kind in SpanKind}
+_CODE = {code: code.value for code in StatusCode}
+
+
+def flatten(
+    spans: Sequence[tuple[ReadableSpan, str | bytes | None, str | bytes | None]],
+) -> tuple[list[Any], list[Any], list[Any]]:
+    """(resources, scopes, spans) of plain values for :mod:`marshal`; payloads parked by
+    :func:`collector.record_tool_result` join the span's attributes as ``toolmeter.raw`` /
+    ``toolmeter.view`` (of this copy only).
+
+    On the agent's interpreter (the processor's worker thread), so it reads each field once
+    and builds no object per attribute: about 1 us a span."""
+    resources: list[Any] = []
+    scopes: list[Any] = []
+    resource_index: dict[int, int] = {}
+    scope_index: dict[int, int] = {}
+    out: list[Any] = []
+    append = out.append
+    for span, raw, view in spans:
+        resource = span.resource
+        r = resource_index.get(id(resource))
+        if r is None:
+            r = resource_index[id(resource)] = len(resources)
+            resources.append((_plain(resource.attributes), resource.schema_url or ""))
+        scope = span.instrumentation_scope
+        s = scope_index.get(id(scope))
+        if s is None:
+            s = scope_index[id(scope)] = len(scopes)
+            scopes.append(
+                (scope.name, scope.version, scope.schema_url, _plain(scope.attributes)) if scope is not None else None
+            )
+        # the SDK's own stores, read once (the properties wrap or copy them); see _plain
+        bounded = getattr(span, "_attributes", None)
+        attrs = _plain(bounded if bounded is not None else span.attributes)
+        if raw is not None or view is not None:
+            attrs = dict(attrs)
+            for key, value in ((A.RAW, raw), (A.VIEW, view)):
+                if value is not None:
+                    attrs[key] = value if isinstance(value, str) else value.decode("utf-8", errors="replace")
+        ctx = span.context
+        parent = span.parent
+        status = span.status
+        events = getattr(span, "_events", None)
+        if events is None:
+            events = span.events
+        links = getattr(span, "_links", None)
+        if links is None:
+            links = span.links
+        append((
+            span.name,
+            ctx.trace_id if ctx else 0, ctx.span_id if ctx else 0,
+            ",".join(f"{k}={v}" for k, v in ctx.trace_state.items()) if ctx and ctx.trace_state else None,
+            parent.span_id if parent else None, bool(parent.is_remote) if parent else False,
+            _KIND.get(span.kind, 0), span.start_time, span.end_time,
+            attrs, getattr(bounded, "dropped", 0),
+            _CODE.get(status.status_code, 0), status.description,
+            [(e.name, e.timestamp, _plain(e.attributes), e.dropped_attributes) for e in events] if events else (),
+            [(link.context.trace_id, link.context.span_id, bool(link.context.is_remote), _plain(link.attributes),
+              link.dropped_attributes) for link in links] if links else (),
+            getattr(events, "dropped", 0), getattr(links, "dropped", 0),
+            r, s,
+        ))  # fmt: skip
+    return resources, scopes, out
+
+
+def frame(message: tuple[Any, ...]) -> bytes:
+    try:
+        data = marshal.dumps(message)
+    except ValueError:  # a value marshal does not know (a custom SDK's attribute type): as text
+        data = marshal.dumps(_as_text(message))
+    return LENGTH.pack(len(data)) + data
+
+
+def _as_text(value: Any) -> Any:
+    if value is None or isinstance(value, (str, bytes, bool, int, float)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _as_text(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_as_text(v) for v in value) if isinstance(value, tuple) else [_as_text(v) for v in value]
+    return str(value)
+
+
+def encode(resources: list[Any], scopes: list[Any], flat: list[Any]) -> bytes:
+    """An OTLP ``ExportTraceServiceRequest`` of flattened spans, field for field what the SDK's
+    encoder (``encode_spans``) makes of the same spans, in a quarter of its time: no SDK span
+    is rebuilt and no value passes through a mapping proxy (a test holds the two equal)."""
+    local, remote = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK, SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
+    grouped: dict[int, dict[int, list[Any]]] = {}
+    for (name, trace_id, span_id, trace_state, parent_id, parent_remote, kind, start, end, attrs, dropped,
+         code, description, events, links, dropped_events, dropped_links, r, s) in flat:  # fmt: skip
+        tid = trace_id.to_bytes(16, "big")
+        span = PbSpan(
+            trace_id=tid,
+            span_id=span_id.to_bytes(8, "big"),
+            trace_state=trace_state,
+            parent_span_id=parent_id.to_bytes(8, "big") if parent_id is not None else b"",
+            name=name,
+            kind=kind + 1,  # OTLP counts SPAN_KIND_UNSPECIFIED as 0
+            start_time_unix_nano=start,
+            end_time_unix_nano=end,
+            attributes=_key_values(attrs),
+            events=[
+                PbSpan.Event(name=n, time_unix_nano=t, attributes=_key_values(a), dropped_attributes_count=d)
+                for n, t, a, d in events
+            ]
+            or None,
+            links=[
+                PbSpan.Link(
+                    trace_id=lt.to_bytes(16, "big"),
+                    span_id=ls.to_bytes(8, "big"),
+                    attributes=_key_values(a),
+                    dropped_attributes_count=d,
+                    flags=local | (remote if lr else 0),
+                )
+                for lt, ls, lr, a, d in links
+            ]
+            or None,
+            status=PbStatus(code=code, message=description),
+            dropped_attributes_count=dropped,
+            dropped_events_count=dropped_events,
+            dropped_links_count=dropped_links,
+            flags=local | (remote if parent_remote else 0),
+        )
+        grouped.setdefault(r, {}).setdefault(s, []).append(span)
+    out = []
+    for r, by_scope in grouped.items():
+        attrs, schema_url = resources[r]
+        scope_spans = []
+        for s, spans in by_scope.items():
+            scope = scopes[s]
+            scope_spans.append(
+                ScopeSpans(
+                    scope=PbScope(name=scope[0], version=scope[1], attributes=_key_values(scope[3]))
+                    if scope is not None
+                    else PbScope(),
+                    spans=spans,
+                    schema_url=(scope[2] or "") if scope is not None else "",
+                )
+            )
+        out.append(
+            ResourceSpans(
+                resource=PbResource(attributes=_key_values(attrs)), scope_spans=scope_spans, schema_url=schema_url
+            )
+        )
+    return bytes(ExportTraceServiceRequest(resource_spans=out).SerializeToString())
+
+
+def _key_values(attrs: dict[str, Any] | None) -> list[Any]:
+    if not attrs:
+        return []
+    out = []
+    for key, value in attrs.items():
+        encoded = _any_value(value)
+        if encoded is not None:
+            out.append(KeyValue(key=key, value=encoded))
+    return out
+
+
+def _any_value(value: Any) -> Any:
+    t = value.__class__
+    if t is str:
+        return AnyValue(string_value=value)
+    if t is bool:
+        return AnyValue(bool_value=value)
+    if t is int:
+        return AnyValue(int_value=value)
+    if t is float:
+        return AnyValue(double_value=value)
+    if value is None:
+        return AnyValue()
+    if t is bytes:
+        return AnyValue(bytes_value=value)
+    if t is tuple or t is list:
+        return AnyValue(array_value=ArrayValue(values=[v for v in map(_any_value, value) if v is not None]))
+    if t is dict:
+        return AnyValue(kvlist_value=KeyValueList(values=_key_values({str(k): v for k, v in value.items()})))
+    logger.warning("toolmeter relay: an attribute value of type %s cannot be sent; left out", t.__name__)
+    return None

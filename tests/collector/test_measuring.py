@@ -1,0 +1,158 @@
+"""Large batches measured in worker processes store exactly what the receiver's threads store."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from collector.config import CollectorConfig
+from collector.serve import measuring
+from collector.serve.receiver import ReceiverConfig, RunningReceiver
+from collector.store.database import read_connection
+from tests.collector.test_ingest_cli import llm, otlp, tool
+
+SKIP = {"token_counter"}
+
+
+def _body(n: int, offset: int = 0) -> bytes:
+    spans = []
+    for i in range(n):
+        rows = [{"id": i * 100 + k, "status": "paid", "note": "x" * 30} for k in range(40)]
+        spans.append(
+            tool(offset + i, json.dumps(rows), trace=f"{offset + i // 10:032x}", **{"gen_ai.tool.call.id": f"c{i}"})
+        )
+        if i % 10 == 9:
+            spans.append(llm(offset + i, trace=f"{offset + i // 10:032x}"))
+    return json.dumps(otlp(*spans)).encode()
+
+
+def _bodies(requests: int, spans: int, offset: int = 0) -> list[bytes]:
+    """Enough requests for the worker processes to take the batch (see MeasuringPool.worth_it)."""
+    return [_body(spans, offset + k * 1000) for k in range(requests)]
+
+
+def _post(url: str, body: bytes) -> None:
+    req = urllib.request.Request(f"{url}/v1/traces", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        assert resp.status == 200
+
+
+def _run(db: str, processes: int, bodies: list[bytes]) -> tuple[list[tuple[object, ...]], list[str]]:
+    r = RunningReceiver(CollectorConfig(db=db, flush_interval=0.05),
+                        ReceiverConfig(host="127.0.0.1", port=0, grpc_port=None, measure_processes=processes))  # fmt: skip
+    try:
+        r.receiver.paused = True  # every request in one batch, over MIN_POOL_BYTES
+        for body in bodies:
+            _post(r.url, body)
+        r.receiver.paused = False
+        assert r.receiver.flush(120)
+        workers = [p.name for p in multiprocessing.active_children()]
+    finally:
+        r.stop()
+    with read_connection(db) as con:
+        cols = [c[0] for c in con.execute("DESCRIBE tool_calls").fetchall() if c[0] not in SKIP]
+        rows = con.execute(f"SELECT {', '.join(cols)} FROM tool_calls ORDER BY trace_id, span_id").fetchall()
+    return rows, workers
+
+
+def test_worker_processes_store_what_threads_store(tmp_path: Path) -> None:
+    bodies = _bodies(12, 30)
+    assert sum(map(len, bodies)) > measuring.MIN_POOL_BYTES
+    in_threads, none = _run(str(tmp_path / "threads.duckdb"), 1, bodies)
+    in_processes, workers = _run(str(tmp_path / "processes.duckdb"), 2, bodies)
+    assert none == [] and len(workers) == 2, "two measuring processes ran the large batch"
+    assert len(in_threads) == 360 and in_processes == in_threads
+    assert multiprocessing.active_children() == [], "the receiver stops its workers"
+
+
+def test_a_worker_that_dies_leaves_the_batch_to_the_receivers_threads(tmp_path: Path) -> None:
+    db = str(tmp_path / "broken.duckdb")
+    r = RunningReceiver(CollectorConfig(db=db, flush_interval=0.05),
+                        ReceiverConfig(host="127.0.0.1", port=0, grpc_port=None, measure_processes=2))  # fmt: skip
+    try:
+        r.receiver.paused = True
+        for body in _bodies(10, 20):
+            _post(r.url, body)
+        r.receiver.paused = False
+        assert r.receiver.flush(120)
+        for worker in multiprocessing.active_children():  # an OOM kill, say
+            os.kill(worker.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        time.sleep(0.5)
+        r.receiver.paused = True
+        for body in _bodies(10, 20, offset=50_000):
+            _post(r.url, body)
+        r.receiver.paused = False
+        assert r.receiver.flush(120)
+        assert r.receiver._processes.broken
+    finally:
+        r.stop()
+    with read_connection(db) as con:
+        assert con.execute("SELECT count(*) FROM tool_calls").fetchone() == (400,)
+    assert multiprocessing.active_children() == []
+
+
+def test_requests_are_dealt_by_size_and_logs_stay_together_in_order() -> None:
+    from collector.serve import spool as S
+
+    logs = [(S.LOGS_JSON, b"l1"), (S.LOGS_PROTOBUF, b"l2")]
+    spans = [(S.TRACES_JSON, b"x" * n) for n in (900, 100, 500, 450)]
+    shares = measuring.deal([spans[0], logs[0], spans[1], logs[1], spans[2], spans[3]], 2)
+    assert shares[0][:2] == logs
+    assert sorted(sum(len(b) for _, b in s) for s in shares) == [954, 1000]
+
+
+def test_workers_end_when_their_receiver_is_killed(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    serve = subprocess.Popen([sys.executable, "-m", "collector", "serve", "--db", str(tmp_path / "k.duckdb"),
+                              "--port", str(port), "--grpc-port", "0"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)  # fmt: skip
+    workers: list[str] = []
+    everything: list[str] = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        import psutil
+
+        while time.monotonic() < deadline and len(workers) < 2:  # serve starts them at once
+            time.sleep(0.2)
+            children = psutil.Process(serve.pid).children()
+            workers = [str(c.pid) for c in children if "resource_tracker" not in " ".join(c.cmdline())]
+        everything = [str(c.pid) for c in psutil.Process(serve.pid).children()]
+        with ThreadPoolExecutor(8) as pool:  # and they are measuring when it dies
+            list(pool.map(lambda b: _post(f"http://127.0.0.1:{port}", b), _bodies(24, 20)))
+    finally:
+        serve.kill()  # no shutdown: nobody stops the pool
+        serve.wait()
+    assert len(workers) == 2
+
+    def alive(pid: str) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(map(alive, everything)):
+        time.sleep(0.2)
+    left = [w for w in everything if alive(w)]
+    for w in left:
+        os.kill(int(w), signal.SIGKILL)
+    assert left == [], "measuring processes outlived their receiver"
