@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from collector.config import CollectorConfig
+from collector.config import CollectorConfig, measure_processes
 from collector.decode.files import read_file
 from collector.dialects.spans import classify
 from collector.errors import InputError
+from collector.measuring import MeasuringPool
 from collector.model import Issue, Item
 from collector.pipeline import Pipeline
+from collector.store.batch import Batch
 
 BATCH_SIZE = 256
+MIN_POOL_CHUNKS = 8
+"""A file of at least this many chunks of :data:`BATCH_SIZE` spans is measured in worker
+processes (:mod:`collector.measuring`); a shorter one on threads, where no process starts."""
 
 
 @dataclass
@@ -38,13 +43,15 @@ def ingest_files(
 ) -> IngestSummary:
     """Read, measure and store every tool and LLM span in ``paths``.
 
-    Measuring runs on ``workers`` threads (default: the number of cores, at most 4):
-    tiktoken releases the GIL while it encodes, so counting uses every core.
+    A long file is measured in worker processes (``TOOLMETER_MEASURE_PROCESSES``, one per
+    core, at most 4), a short one on ``workers`` threads (default: the number of cores, at
+    most 4; the counter releases the GIL). One writer, this loop, writes the store.
     """
     pipeline = Pipeline(config, collector_id=f"ingest-{os.getpid()}")
     summary = IngestSummary()
     workers = workers or min(os.cpu_count() or 1, 4)
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="toolmeter-measure") as pool:
+    processes = MeasuringPool(config, pipeline.collector_id, measure_processes())
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="toolmeter-measure") as pool, processes:
         for path in paths:
             summary.files += 1
             issues: list[Issue] = []
@@ -61,7 +68,7 @@ def ingest_files(
             # interleaved chunks, at least two per worker, so large results spread over the cores
             n_chunks = max(workers * 2, -(-len(items) // BATCH_SIZE))
             chunks = [items[i::n_chunks] for i in range(n_chunks) if items[i::n_chunks]] or [[]]
-            batches = pool.map(pipeline.build_batch, chunks)
+            batches = _measured(chunks, pipeline, pool, processes)
             done = 0
             for n, batch in enumerate(batches):
                 if n == 0:
@@ -79,3 +86,19 @@ def ingest_files(
     pipeline.refresh_rollups()  # the days these files closed are rolled now, not at the next write
     summary.failed = pipeline.counters.failed
     return summary
+
+
+def _measured(
+    chunks: list[list[Item]], pipeline: Pipeline, pool: ThreadPoolExecutor, processes: MeasuringPool
+) -> Iterator[Batch]:
+    """The chunks' batches: from the measuring processes for a long file (see :data:`MIN_POOL_CHUNKS`),
+    else from the threads; a broken pool hands the chunks to the threads."""
+    if len(chunks) >= MIN_POOL_CHUNKS and processes.processes > 1 and not processes.broken:
+        parts = processes.measure_items(chunks)
+        if parts is not None:
+            failed = sum(n for _, n in parts)
+            with pipeline.lock:
+                pipeline.counters.failed += failed
+            yield from (batch for batch, _ in parts)
+            return
+    yield from pool.map(pipeline.build_batch, chunks)

@@ -10,7 +10,7 @@ Request path (kept short so exporters never wait on token counting):
    request **safe**, and only now is it acknowledged (200 / ``OK``).
 
 Measuring runs on a background thread that batches spooled requests, measures a large batch
-in worker processes (:mod:`collector.serve.measuring`: every core) and a small one on a thread
+in worker processes (:mod:`collector.measuring`: every core) and a small one on a thread
 pool, and writes one DuckDB transaction per batch together with the spool position it reached. This process is
 the one owner of the DuckDB file; the dashboard reads between flushes.
 """
@@ -32,12 +32,12 @@ from aiohttp import web
 from collector import config as config_module
 from collector.config import DEFAULT_MAX_BODY_BYTES, CollectorConfig
 from collector.errors import StoreError
+from collector.measuring import MeasuringPool, decode_requests
 from collector.pipeline import Pipeline, interleaved
 from collector.serve import spool as S
 from collector.serve.exports import QueueFull
 from collector.serve.grpc_api import make_grpc_server
 from collector.serve.http_api import make_app
-from collector.serve.measuring import MeasuringPool, decode_requests
 from collector.store.database import Batch, read_progress
 from collector.store.lake import LakeSpec, is_lake, redact
 from collector.worker import BatchWorker
@@ -66,7 +66,7 @@ class ReceiverConfig:
     workers: int = 2
     """Threads measuring a batch in this process (small batches, or when no process can start)."""
     measure_processes: int = field(default_factory=config_module.measure_processes)
-    """Worker processes measuring large batches (:mod:`collector.serve.measuring`); 1: none."""
+    """Worker processes measuring large batches (:mod:`collector.measuring`); 1: none."""
 
 
 class Receiver:

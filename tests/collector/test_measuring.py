@@ -11,8 +11,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from collector import measuring
 from collector.config import CollectorConfig
-from collector.serve import measuring
 from collector.serve.receiver import ReceiverConfig, RunningReceiver
 from collector.store.database import read_connection
 from tests.collector.test_ingest_cli import llm, otlp, tool
@@ -156,3 +156,38 @@ def test_workers_end_when_their_receiver_is_killed(tmp_path: Path) -> None:
     for w in left:
         os.kill(int(w), signal.SIGKILL)
     assert left == [], "measuring processes outlived their receiver"
+
+
+def test_ingest_of_a_long_file_in_processes_stores_what_threads_store(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from collector import ingest as I
+    from collector.config import MEASURE_PROCESSES_ENV
+    from collector.ingest import ingest_files
+
+    spans = []
+    for i in range(400):
+        rows = [{"id": i * 100 + k, "status": "paid"} for k in range(20)]
+        spans.append(tool(i, json.dumps(rows), trace=f"{i // 10:032x}"))
+    trace_file = tmp_path / "long.json"
+    trace_file.write_text(json.dumps(otlp(*spans)))
+    monkeypatch.setattr(I, "BATCH_SIZE", 32)  # 13 chunks: over MIN_POOL_CHUNKS
+    used: list[int] = []
+    real = measuring.MeasuringPool.measure_items
+
+    def spy(self, chunks):  # type: ignore[no-untyped-def]
+        parts = real(self, chunks)
+        used.append(len(parts or []))
+        return parts
+
+    monkeypatch.setattr(measuring.MeasuringPool, "measure_items", spy)
+    stored = {}
+    for processes in ("1", "2"):
+        monkeypatch.setenv(MEASURE_PROCESSES_ENV, processes)
+        db = str(tmp_path / f"p{processes}.duckdb")
+        summary = ingest_files([str(trace_file)], CollectorConfig(db=db))
+        assert summary.tool_calls == 400 and summary.failed == 0
+        with read_connection(db) as con:
+            cols = [c[0] for c in con.execute("DESCRIBE tool_calls").fetchall() if c[0] not in SKIP]
+            stored[processes] = con.execute(f"SELECT {', '.join(cols)} FROM tool_calls ORDER BY span_id").fetchall()
+    assert used == [13], "the long file went to the worker processes (and the other run did not)"
+    assert stored["2"] == stored["1"]
+    assert multiprocessing.active_children() == []

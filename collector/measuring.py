@@ -1,11 +1,13 @@
-"""Measuring on every core: worker processes that turn OTLP request bodies into batches.
+"""Measuring on every core: worker processes that turn OTLP request bodies (``serve``) or
+decoded spans (``ingest``) into batches.
 
 Counting is C (and releases the GIL), but reading spans, inferring truncation, fingerprinting
 and redacting are Python: on threads of one process they share one core. A receiver with a
 large batch hands its spooled request bodies to :class:`MeasuringPool` instead: each worker
 process decodes its share, measures it with its own :class:`collector.pipeline.Pipeline`
 (payload files go to the store's payload folder, which several writers may share) and sends
-back the rows. The store is only ever written by the receiver's one writer thread.
+back the rows. The store is only ever written by the one writer (the receiver's writer thread,
+the ingest loop).
 
 Workers are started with ``spawn`` (forking a process that runs an event loop, gRPC and
 DuckDB threads is not safe), lazily, at the first batch large enough to be worth the trip.
@@ -116,9 +118,14 @@ def _exit_with_parent(parent: int) -> None:
 
 def _measure(requests: list[Request]) -> tuple[Batch, int]:
     """(rows of ``requests``, spans that could not be measured), in a worker."""
+    return _measure_items(decode_requests(requests))
+
+
+def _measure_items(items: list[Item]) -> tuple[Batch, int]:
+    """(rows of ``items``, spans that could not be measured), in a worker."""
     pipeline = _pipeline
     before = pipeline.counters.failed
-    batch = pipeline.build_batch(decode_requests(requests))
+    batch = pipeline.build_batch(items)
     return batch, pipeline.counters.failed - before
 
 
@@ -182,13 +189,31 @@ class MeasuringPool:
         try:
             return list(self._executor().map(_measure, deal(requests, self.processes * 2)))
         except (BrokenProcessPool, OSError) as e:
-            self.broken = True
-            logger.warning(
-                "toolmeter receiver: a measuring process failed (%s); measuring on this process's threads from now on",
-                e or type(e).__name__,
-            )
-            self.close()
+            self._broke(e)
             return None
+
+    def measure_items(self, chunks: Sequence[list[Item]]) -> list[tuple[Batch, int]] | None:
+        """(batch, failed) per chunk of already decoded items (``toolmeter ingest``), or None
+        when the pool broke."""
+        try:
+            return list(self._executor().map(_measure_items, chunks))
+        except (BrokenProcessPool, OSError) as e:
+            self._broke(e)
+            return None
+
+    def _broke(self, e: BaseException) -> None:
+        self.broken = True
+        logger.warning(
+            "toolmeter: a measuring process failed (%s); measuring on this process's threads from now on",
+            e or type(e).__name__,
+        )
+        self.close()
+
+    def __enter__(self) -> MeasuringPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         with self._lock:
