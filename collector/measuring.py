@@ -29,6 +29,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import wait
 from typing import Any, Final
 
 from collector.config import CollectorConfig
@@ -101,18 +102,27 @@ def _start_worker(config: CollectorConfig, collector_id: str) -> None:
     # the receiver stops the workers itself, after draining through them
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), name="toolmeter-parent-watch", daemon=True).start()
+    threading.Thread(target=_exit_with_parent, name="toolmeter-parent-watch", daemon=True).start()
     from collector.pipeline import Pipeline
 
     global _pipeline
     _pipeline = Pipeline(config, collector_id=collector_id)
 
 
-def _exit_with_parent(parent: int) -> None:
-    """End this worker when the receiver is gone (killed: nobody will shut the pool down), which
-    the ignored SIGTERM would otherwise not do."""
-    while os.getppid() == parent:
-        time.sleep(PARENT_CHECK_S)
+def _exit_with_parent() -> None:
+    """End this worker when the process that started it is gone (killed: nobody will shut the
+    pool down), which the ignored SIGTERM would otherwise not do.
+
+    It waits on the parent's sentinel, a pipe spawn hands every child: it is readable once the
+    parent has died, also when that happened before this thread started (reading the parent's
+    pid here instead would find init's, and wait for ever)."""
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        wait([parent.sentinel])
+    else:  # not started by multiprocessing: fall back to watching the parent's pid
+        first = os.getppid()
+        while os.getppid() == first:
+            time.sleep(PARENT_CHECK_S)
     os._exit(0)
 
 

@@ -191,3 +191,48 @@ def test_ingest_of_a_long_file_in_processes_stores_what_threads_store(tmp_path: 
     assert used == [13], "the long file went to the worker processes (and the other run did not)"
     assert stored["2"] == stored["1"]
     assert multiprocessing.active_children() == []
+
+
+def test_workers_whose_receiver_dies_while_they_start_end_too(tmp_path: Path) -> None:
+    # the receiver is killed while its workers are still starting: a worker that read its
+    # parent's pid only then would find init's and never end
+    import subprocess
+    import sys
+    import uuid
+
+    import psutil
+
+    marker = f"toolmeter-test-{uuid.uuid4().hex}"
+    code = (
+        "import os, time\n"
+        "from collector.config import CollectorConfig\n"
+        "from collector.measuring import MeasuringPool\n"
+        "if __name__ == '__main__':\n"
+        "    import psutil\n"
+        f"    MeasuringPool(CollectorConfig(db={str(tmp_path / 'x.duckdb')!r}), 'x', 2).start()\n"
+        "    while sum('spawn_main' in ' '.join(c.cmdline()) for c in psutil.Process().children()) < 2:\n"
+        "        time.sleep(0.01)\n"
+        "    os._exit(0)  # the workers exist, and are still importing\n"
+    )
+    script = tmp_path / "receiver.py"
+    script.write_text(code)
+    env = dict(os.environ, TOOLMETER_TEST_MARKER=marker)
+    subprocess.run([sys.executable, str(script)], env=env, timeout=60, check=True)
+
+    def marked() -> list[psutil.Process]:
+        found = []
+        for proc in psutil.process_iter():
+            try:
+                if proc.environ().get("TOOLMETER_TEST_MARKER") == marker:
+                    found.append(proc)
+            except (psutil.Error, OSError):
+                continue
+        return found
+
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and marked():
+        time.sleep(0.3)
+    left = marked()
+    for proc in left:
+        proc.kill()
+    assert left == [], f"{len(left)} process(es) outlived the process that started them"
