@@ -50,7 +50,7 @@ def ingest_files(
     pipeline = Pipeline(config, collector_id=f"ingest-{os.getpid()}")
     summary = IngestSummary()
     workers = workers or min(os.cpu_count() or 1, 4)
-    processes = MeasuringPool(config, pipeline.collector_id, measure_processes())
+    processes = MeasuringPool(pipeline, measure_processes())
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="toolmeter-measure") as pool, processes:
         for path in paths:
             summary.files += 1
@@ -93,12 +93,9 @@ def _measured(
 ) -> Iterator[Batch]:
     """The chunks' batches: from the measuring processes for a long file (see :data:`MIN_POOL_CHUNKS`),
     else from the threads; a broken pool hands the chunks to the threads."""
-    if len(chunks) >= MIN_POOL_CHUNKS and processes.processes > 1 and not processes.broken:
+    if len(chunks) >= MIN_POOL_CHUNKS and processes.usable:
         parts = processes.measure_items(chunks)
         if parts is not None:
-            failed = sum(n for _, n in parts)
-            with pipeline.lock:
-                pipeline.counters.failed += failed
-            yield from (batch for batch, _ in parts)
+            yield from parts
             return
     yield from pool.map(pipeline.build_batch, chunks)

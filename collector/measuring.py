@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import wait
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from collector.config import CollectorConfig
 from collector.decode.request import JSON, PROTOBUF, decode_logs, decode_traces
@@ -39,6 +39,9 @@ from collector.errors import InputError
 from collector.model import Item
 from collector.serve import spool as S
 from collector.store.batch import Batch
+
+if TYPE_CHECKING:
+    from collector.pipeline import Pipeline
 
 logger = logging.getLogger("toolmeter")
 
@@ -147,9 +150,10 @@ def _ready(wait_s: float) -> int:
 class MeasuringPool:
     """Worker processes measuring request bodies into batches, started at first use."""
 
-    def __init__(self, config: CollectorConfig, collector_id: str, processes: int) -> None:
-        self.config = config
-        self.collector_id = collector_id
+    def __init__(self, pipeline: Pipeline, processes: int) -> None:
+        self.pipeline = pipeline
+        """The writer's pipeline: workers measure with its settings and collector id, and the
+        spans they could not measure are counted in its counters."""
         self.processes = processes
         self._pool: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
@@ -161,11 +165,15 @@ class MeasuringPool:
         the receiver's threads, which share out their spans and count them in parallel (the
         counter releases the GIL); a request is the smallest share a worker gets."""
         return (
-            not self.broken
-            and self.processes > 1
+            self.usable
             and len(requests) >= MIN_REQUESTS_PER_PROCESS * self.processes
             and sum(len(b) for _, b in requests) >= MIN_POOL_BYTES
         )
+
+    @property
+    def usable(self) -> bool:
+        """More than one worker asked for, and none has died."""
+        return self.processes > 1 and not self.broken
 
     def _executor(self) -> ProcessPoolExecutor:
         with self._lock:
@@ -174,7 +182,7 @@ class MeasuringPool:
                     max_workers=self.processes,
                     mp_context=multiprocessing.get_context("spawn"),
                     initializer=_start_worker,
-                    initargs=(self.config, self.collector_id),
+                    initargs=(self.pipeline.config, self.pipeline.collector_id),
                 )
             return self._pool
 
@@ -193,31 +201,30 @@ class MeasuringPool:
 
         threading.Thread(target=warm, name="toolmeter-measuring-start", daemon=True).start()
 
-    def measure(self, requests: Sequence[Request]) -> list[tuple[Batch, int]] | None:
-        """(batch, failed) per share of ``requests``, or None when the pool broke (a worker died):
-        the caller measures them itself."""
-        try:
-            return list(self._executor().map(_measure, deal(requests, self.processes * 2)))
-        except (BrokenProcessPool, OSError) as e:
-            self._broke(e)
-            return None
+    def measure(self, requests: Sequence[Request]) -> list[Batch] | None:
+        """A batch per share of ``requests``, or None when the pool broke (a worker died): the
+        caller measures them itself."""
+        return self._run(_measure, deal(requests, self.processes * 2))
 
-    def measure_items(self, chunks: Sequence[list[Item]]) -> list[tuple[Batch, int]] | None:
-        """(batch, failed) per chunk of already decoded items (``toolmeter ingest``), or None
-        when the pool broke."""
-        try:
-            return list(self._executor().map(_measure_items, chunks))
-        except (BrokenProcessPool, OSError) as e:
-            self._broke(e)
-            return None
+    def measure_items(self, chunks: Sequence[list[Item]]) -> list[Batch] | None:
+        """A batch per chunk of already decoded items (``toolmeter ingest``), or None when the
+        pool broke."""
+        return self._run(_measure_items, chunks)
 
-    def _broke(self, e: BaseException) -> None:
-        self.broken = True
-        logger.warning(
-            "toolmeter: a measuring process failed (%s); measuring on this process's threads from now on",
-            e or type(e).__name__,
-        )
-        self.close()
+    def _run(self, measure: Any, shares: Sequence[Any]) -> list[Batch] | None:
+        try:
+            parts = list(self._executor().map(measure, shares))
+        except (BrokenProcessPool, OSError) as e:
+            self.broken = True
+            logger.warning(
+                "toolmeter: a measuring process failed (%s); measuring on this process's threads from now on",
+                e or type(e).__name__,
+            )
+            self.close()
+            return None
+        with self.pipeline.lock:
+            self.pipeline.counters.failed += sum(failed for _, failed in parts)
+        return [batch for batch, _ in parts]
 
     def __enter__(self) -> MeasuringPool:
         return self

@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -29,14 +29,25 @@ MAX_ATTEMPTS = 6
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
+def with_payload_attributes(
+    attrs: Mapping[str, Any], raw: str | bytes | None, view: str | bytes | None
+) -> Mapping[str, Any]:
+    """``attrs`` with the parked payloads added as ``toolmeter.raw`` / ``toolmeter.view`` (a copy;
+    ``attrs`` itself when there are none)."""
+    if raw is None and view is None:
+        return attrs
+    out = dict(attrs)
+    for key, value in ((A.RAW, raw), (A.VIEW, view)):
+        if value is not None:
+            out[key] = value if isinstance(value, str) else value.decode("utf-8", errors="replace")
+    return out
+
+
 def with_payloads(span: ReadableSpan, raw: str | bytes | None, view: str | bytes | None) -> ReadableSpan:
     """A copy of ``span`` carrying the parked payloads as attributes."""
     if raw is None and view is None:
         return span
-    attrs: dict[str, Any] = dict(span.attributes or {})
-    for key, value in ((A.RAW, raw), (A.VIEW, view)):
-        if value is not None:
-            attrs[key] = value if isinstance(value, str) else value.decode("utf-8", errors="replace")
+    attrs = with_payload_attributes(span.attributes or {}, raw, view)
     return ReadableSpan(
         name=span.name,
         context=span.context,

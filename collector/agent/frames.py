@@ -24,7 +24,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Status as PbStatus
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
-from collector.dialects import attributes as A
+from collector.agent.forward import with_payload_attributes
 
 logger = logging.getLogger("toolmeter")
 
@@ -75,12 +75,7 @@ def flatten(
             )
         # the SDK's own stores, read once (the properties wrap or copy them); see _plain
         bounded = getattr(span, "_attributes", None)
-        attrs = _plain(bounded if bounded is not None else span.attributes)
-        if raw is not None or view is not None:
-            attrs = dict(attrs)
-            for key, value in ((A.RAW, raw), (A.VIEW, view)):
-                if value is not None:
-                    attrs[key] = value if isinstance(value, str) else value.decode("utf-8", errors="replace")
+        attrs = with_payload_attributes(_plain(bounded if bounded is not None else span.attributes), raw, view)
         ctx = span.context
         parent = span.parent
         status = span.status

@@ -89,7 +89,7 @@ class Receiver:
         self.spool = S.Spool(spool_dir)
         self._abandoned = False
         self._pool = futures.ThreadPoolExecutor(max_workers=rc.workers, thread_name_prefix="toolmeter-measure")
-        self._processes = MeasuringPool(config, self.pipeline.collector_id, rc.measure_processes)
+        self._processes = MeasuringPool(self.pipeline, rc.measure_processes)
         try:
             self.pipeline.store.ensure_schema()
             progress = read_progress(self.config.db, self.receiver_id)
@@ -187,12 +187,8 @@ class Receiver:
         if self._processes.worth_it(requests):
             parts = self._processes.measure(requests)
             if parts is not None:
-                failed = 0
-                for part, n in parts:
+                for part in parts:
                     batch.extend(part)
-                    failed += n
-                with self.pipeline.lock:
-                    self.pipeline.counters.failed += failed
                 return batch
         items = decode_requests(requests)
         # interleaved chunks, at least two per worker: a few megabyte results must not all

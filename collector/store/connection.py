@@ -24,6 +24,7 @@ import duckdb
 
 from collector.errors import StoreError
 from collector.store import lake as L
+from collector.store.extensions import sql_literal
 from collector.store.schema import lake_schema_sql
 
 LOCK_RETRY_SECONDS = 30.0
@@ -96,18 +97,14 @@ STORE_ALIAS = "toolmeter_store"
 def _open_for_writing(path: str) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(":memory:")
     try:
-        con.execute(f"ATTACH {_quote(path)} AS {STORE_ALIAS} (ROW_GROUP_SIZE {ROW_GROUP_ROWS})")
+        con.execute(f"ATTACH {sql_literal(path)} AS {STORE_ALIAS} (ROW_GROUP_SIZE {ROW_GROUP_ROWS})")
         con.execute(f"USE {STORE_ALIAS}")
         # where a plain open of the file would spill (an in-memory database spills to ./.tmp)
-        con.execute(f"SET temp_directory = {_quote(path + '.tmp')}")
+        con.execute(f"SET temp_directory = {sql_literal(path + '.tmp')}")
     except BaseException:
         con.close()
         raise
     return con
-
-
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def connect(

@@ -130,7 +130,9 @@ def find_extension(name: str) -> ExtensionFile:
     )
 
 
-def _quote(text: str) -> str:
+def sql_literal(text: str) -> str:
+    """``text`` as a SQL string literal, for the statements that take no parameters (ATTACH,
+    SET, INSTALL)."""
     return "'" + text.replace("'", "''") + "'"
 
 
@@ -172,7 +174,7 @@ def load_extensions(
     try:
         for statement in _NETWORK_OFF:
             con.execute(statement)
-        con.execute(f"SET extension_directory = {_quote(str(directory))}")
+        con.execute(f"SET extension_directory = {sql_literal(str(directory))}")
         state = _state(con)
     except duckdb.Error as exc:
         raise ExtensionError(f"cannot configure DuckDB for offline extensions: {exc}") from exc
@@ -183,7 +185,7 @@ def load_extensions(
         try:
             if installed_from != str(ext.path):
                 # FORCE: a file installed from elsewhere (another venv) may be another build.
-                con.execute(f"FORCE INSTALL {_quote(str(ext.path))}")
+                con.execute(f"FORCE INSTALL {sql_literal(str(ext.path))}")
             con.execute(f"LOAD {ext.catalog_name}")
         except duckdb.Error as exc:
             raise ExtensionError(

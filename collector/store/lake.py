@@ -36,7 +36,7 @@ import duckdb
 
 from collector.config import DATA_PATH_ENV, DEFAULT_STATE_DIR, STATE_DIR_ENV, env_text
 from collector.errors import StoreError
-from collector.store.extensions import LAKE_EXTENSIONS, OBJECT_STORAGE_EXTENSIONS, load_extensions
+from collector.store.extensions import LAKE_EXTENSIONS, OBJECT_STORAGE_EXTENSIONS, load_extensions, sql_literal
 
 PREFIX: Final = "ducklake:"
 ALIAS: Final = "toolmeter_lake"
@@ -128,15 +128,11 @@ class LakeSpec:
                 path = os.path.abspath(path)
                 os.makedirs(path, exist_ok=True)
                 path = path.rstrip("/") + "/"
-            options.append(f"DATA_PATH {_quote(path)}")
+            options.append(f"DATA_PATH {sql_literal(path)}")
         if read_only:
             options.append("READ_ONLY")
         opts = f" ({', '.join(options)})" if options else ""
-        return f"ATTACH {_quote(PREFIX + self.catalog)} AS {ALIAS}{opts}"
-
-
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
+        return f"ATTACH {sql_literal(PREFIX + self.catalog)} AS {ALIAS}{opts}"
 
 
 _instances: dict[tuple[str, str | None], duckdb.DuckDBPyConnection] = {}

@@ -37,6 +37,7 @@ from collector.store import lake as L
 from collector.store import rollup
 from collector.store.connection import connect
 from collector.store.database import Store
+from collector.store.extensions import sql_literal
 from collector.store.payloads import payload_files
 
 BLOB_GRACE = timedelta(minutes=10)
@@ -345,8 +346,8 @@ def _compact(store: str, always: bool = False) -> bool:
     try:
         # the old file stays attached (and locked) until the new one has its name, so no
         # writer in another process can write to the old file in between
-        con.execute(f"ATTACH {_quoted(store)} AS old")  # ATTACH takes no parameters
-        con.execute(f"ATTACH {_quoted(fresh)} AS fresh")
+        con.execute(f"ATTACH {sql_literal(store)} AS old")  # ATTACH takes no parameters
+        con.execute(f"ATTACH {sql_literal(fresh)} AS fresh")
         con.execute("COPY FROM DATABASE old TO fresh")
         con.execute("DETACH fresh")
         os.replace(fresh, store)  # atomic: a reader sees the old file or the new one
@@ -355,10 +356,6 @@ def _compact(store: str, always: bool = False) -> bool:
     finally:
         con.close()
     return True
-
-
-def _quoted(path: str) -> str:
-    return "'" + path.replace("'", "''") + "'"
 
 
 def _record(store: str, summary: PruneSummary, now: datetime) -> None:
