@@ -173,7 +173,7 @@ def main() -> None:
         if path.name.startswith("holmesgpt__"):
             data = data.split(b"\n", 2)[2]
         large.append(data.decode())
-    if large:
+    if large and args.large_repeat:
         run(large * args.large_repeat, "large results (real payloads)")
 
 

@@ -26,7 +26,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import wait
@@ -204,27 +204,45 @@ class MeasuringPool:
     def measure(self, requests: Sequence[Request]) -> list[Batch] | None:
         """A batch per share of ``requests``, or None when the pool broke (a worker died): the
         caller measures them itself."""
-        return self._run(_measure, deal(requests, self.processes * 2))
+        return self.submit(requests)()
+
+    def submit(self, requests: Sequence[Request]) -> Callable[[], list[Batch] | None]:
+        """Start measuring ``requests``; the returned call waits for what :meth:`measure` returns.
+        The receiver writes one slice of its batch while the workers measure the next."""
+        return self._start(_measure, deal(requests, self.processes * 2))
 
     def measure_items(self, chunks: Sequence[list[Item]]) -> list[Batch] | None:
         """A batch per chunk of already decoded items (``toolmeter ingest``), or None when the
         pool broke."""
-        return self._run(_measure_items, chunks)
+        return self._start(_measure_items, chunks)()
 
-    def _run(self, measure: Any, shares: Sequence[Any]) -> list[Batch] | None:
+    def _start(self, measure: Any, shares: Sequence[Any]) -> Callable[[], list[Batch] | None]:
         try:
-            parts = list(self._executor().map(measure, shares))
-        except (BrokenProcessPool, OSError) as e:
-            self.broken = True
+            started = [self._executor().submit(measure, share) for share in shares]
+        except (BrokenProcessPool, OSError, RuntimeError) as e:  # RuntimeError: shut down meanwhile
+            self._broke(e)
+            return lambda: None
+
+        def result() -> list[Batch] | None:
+            try:
+                parts = [future.result() for future in started]
+            except (BrokenProcessPool, OSError) as e:
+                self._broke(e)
+                return None
+            with self.pipeline.lock:
+                self.pipeline.counters.failed += sum(failed for _, failed in parts)
+            return [batch for batch, _ in parts]
+
+        return result
+
+    def _broke(self, e: BaseException) -> None:
+        if not self.broken:
             logger.warning(
                 "toolmeter: a measuring process failed (%s); measuring on this process's threads from now on",
                 e or type(e).__name__,
             )
-            self.close()
-            return None
-        with self.pipeline.lock:
-            self.pipeline.counters.failed += sum(failed for _, failed in parts)
-        return [batch for batch, _ in parts]
+        self.broken = True
+        self.close()
 
     def __enter__(self) -> MeasuringPool:
         return self

@@ -151,6 +151,19 @@ class BatchWorker(Generic[T]):
             self._accepted += 1
         self._wake.set()
 
+    def peek(self, max_bytes: int) -> list[T]:
+        """The items next in line, up to about ``max_bytes`` (at least one when any), left queued:
+        the exporting thread starts work on its next batch before this one is written."""
+        items: list[T] = []
+        held = 0
+        with self._lock:
+            for item, size in self._queue:
+                if held >= max_bytes:
+                    break
+                items.append(item)
+                held += size
+        return items
+
     @property
     def queued(self) -> int:
         """Items waiting (not counting the batch being exported)."""

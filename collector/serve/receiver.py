@@ -23,6 +23,7 @@ import os
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
 
@@ -48,6 +49,27 @@ CLOSE_TIMEOUT_S = 120.0
 
 Record = tuple[int, int, int, bytes]
 """A spooled request: (segment, end offset, kind, body)."""
+
+SLICE_BYTES = 16 * 1024 * 1024
+"""A batch is written in slices of about this many request bytes (a few thousand small
+spans): large enough that a write's fixed cost (opening the file, the checkpoint at its
+close) is spread, small enough that the workers measure the next slice meanwhile."""
+
+
+def slice_records(records: list[Record], size: int) -> list[list[Record]]:
+    """``records`` in order, cut into runs of about ``size`` bytes of bodies (at least one record each)."""
+    slices: list[list[Record]] = []
+    current: list[Record] = []
+    held = 0
+    for record in records:
+        current.append(record)
+        held += len(record[3])
+        if held >= size:
+            slices.append(current)
+            current, held = [], 0
+    if current:
+        slices.append(current)
+    return slices
 
 
 @dataclass(frozen=True)
@@ -88,6 +110,9 @@ class Receiver:
             self.receiver_id = os.path.abspath(spool_dir)
         self.spool = S.Spool(spool_dir)
         self._abandoned = False
+        self._prefetched: tuple[list[Record], Callable[[], Batch]] | None = None
+        self._stored = (-1, -1)
+        """The spool position of the last slice written (a retried batch skips up to it)."""
         self._pool = futures.ThreadPoolExecutor(max_workers=rc.workers, thread_name_prefix="toolmeter-measure")
         self._processes = MeasuringPool(self.pipeline, rc.measure_processes)
         try:
@@ -108,8 +133,8 @@ class Receiver:
             give_up=self._give_up,
             max_items=sys.maxsize,  # bounded by bytes: a request's size is what costs memory
             max_bytes=self.max_queued_bytes,
-            batch_items=512,
-            batch_bytes=16 * 1024 * 1024,
+            batch_items=4096,
+            batch_bytes=4 * SLICE_BYTES,
             interval=config.flush_interval,
             what="request",
             label="toolmeter receiver",
@@ -173,36 +198,75 @@ class Receiver:
             # a batch before this one was given up at shutdown: writing this one would move the
             # stored spool position past it, and the next start would not replay it
             raise StoreError("an earlier batch is still to be written; this one stays in the spool too")
-        self._write(records)
-        self.spool.release(records[-1][0])
+        # a batch tried again after a failed write: its slices already stored are not written twice
+        records = [r for r in records if (r[0], r[1]) > self._stored]
+        # one slice is written while the measuring processes measure the next (the first slice
+        # of the next batch, while the last of this one is written): the writer and the workers
+        # work at the same time instead of in turn
+        slices, measuring = self._take_prefetched(records)
+        for i, part in enumerate(slices):
+            batch = measuring()
+            if i + 1 < len(slices):
+                measuring = self._start_measuring(slices[i + 1])
+            else:
+                self._prefetch()
+            last = part[-1]
+            batch.progress = (self.receiver_id, last[0], last[1])
+            self.pipeline.write(batch, queued=self._worker.queued)
+            self._stored = (last[0], last[1])
+            self.spool.release(last[0])
+
+    def _take_prefetched(self, records: list[Record]) -> tuple[list[list[Record]], Callable[[], Batch]]:
+        """The slices of ``records`` and the measuring of the first, started already when the
+        previous batch prefetched it (its records are where this batch begins)."""
+        prefetched, self._prefetched = self._prefetched, None
+        if prefetched is not None:
+            ahead, measuring = prefetched
+            if [r[:2] for r in records[: len(ahead)]] == [r[:2] for r in ahead]:
+                return [ahead, *slice_records(records[len(ahead) :], SLICE_BYTES)], measuring
+        slices = slice_records(records, SLICE_BYTES)
+        return slices, (self._start_measuring(slices[0]) if slices else Batch)
+
+    def _prefetch(self) -> None:
+        """Start measuring the first slice still queued, if the measuring processes take it."""
+        ahead = self._worker.peek(SLICE_BYTES)
+        requests = [(kind, body) for _, _, kind, body in ahead]
+        if ahead and self._processes.worth_it(requests):
+            self._prefetched = (ahead, self._start_measuring(ahead))
 
     def _give_up(self, records: list[Record], reason: BaseException) -> None:
         self._abandoned = True
         logger.warning("toolmeter receiver: %d request(s) stay in the spool %s and are written at the next start",
                        len(records), self.spool.folder)  # fmt: skip
 
-    def _measure(self, records: list[Record]) -> Batch:
+    def _start_measuring(self, records: list[Record]) -> Callable[[], Batch]:
+        """Start measuring ``records`` in the measuring processes when worth it; the returned
+        call gives the batch (measured on this process's threads when not, or when they broke)."""
         requests = [(kind, body) for _, _, kind, body in records]
-        batch = Batch()
-        if self._processes.worth_it(requests):
-            parts = self._processes.measure(requests)
-            if parts is not None:
-                for part in parts:
-                    batch.extend(part)
-                return batch
+        if not self._processes.worth_it(requests):
+            return lambda: self._measure_here(requests)
+        pending = self._processes.submit(requests)
+
+        def measured() -> Batch:
+            parts = pending()
+            if parts is None:
+                return self._measure_here(requests)
+            batch = Batch()
+            for part in parts:
+                batch.extend(part)
+            return batch
+
+        return measured
+
+    def _measure_here(self, requests: list[tuple[int, bytes]]) -> Batch:
         items = decode_requests(requests)
         # interleaved chunks, at least two per worker: a few megabyte results must not all
         # land on one thread while the other idles
         chunks = interleaved(items, max(self.rc.workers * 2, -(-len(items) // 128)))
+        batch = Batch()
         for part in self._pool.map(self.pipeline.build_batch, chunks):
             batch.extend(part)
         return batch
-
-    def _write(self, records: list[Record]) -> None:
-        batch = self._measure(records)
-        last = records[-1]
-        batch.progress = (self.receiver_id, last[0], last[1])
-        self.pipeline.write(batch, queued=self._worker.queued)
 
     def flush(self, timeout_s: float = 60) -> bool:
         """Wait until everything accepted so far is in DuckDB."""

@@ -555,7 +555,7 @@ def test_reshaped_json_logs_decode_or_raise_input_error(doc: Any, where: str) ->
 
 
 def ingest(pipeline: Pipeline, body: bytes, content_type: str) -> Decoded:
-    """What the receiver's writer does with one accepted request (see Receiver._write)."""
+    """What the receiver's writer does with one accepted request (see Receiver._export)."""
     decoded = decode_traces(body, content_type, "otlp")
     items = [Item(k, s) for s in decoded.spans if (k := classify(s.name, s.attributes)) in (TOOL, LLM)]
     pipeline.write(pipeline.build_batch(items))

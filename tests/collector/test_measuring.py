@@ -71,6 +71,48 @@ def test_worker_processes_store_what_threads_store(tmp_path: Path) -> None:
     assert multiprocessing.active_children() == [], "the receiver stops its workers"
 
 
+def test_slices_are_measured_while_the_one_before_is_written(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import collector.serve.receiver as receiver_module
+
+    bodies = _bodies(48, 10)
+    monkeypatch.setattr(receiver_module, "SLICE_BYTES", sum(map(len, bodies[:8])))  # 6 slices, 2 batches
+    db = str(tmp_path / "slices.duckdb")
+    r = RunningReceiver(CollectorConfig(db=db, flush_interval=0.05),
+                        ReceiverConfig(host="127.0.0.1", port=0, grpc_port=None, measure_processes=2))  # fmt: skip
+    started: list[int] = []
+    start = r.receiver._start_measuring
+
+    def counted(records):  # type: ignore[no-untyped-def]
+        started.append(len(records))
+        return start(records)
+
+    r.receiver._start_measuring = counted  # type: ignore[method-assign]
+    prefetched: list[bool] = []
+    prefetch = r.receiver._prefetch
+
+    def noted() -> None:
+        prefetch()
+        prefetched.append(r.receiver._prefetched is not None)
+
+    r.receiver._prefetch = noted  # type: ignore[method-assign]
+    try:
+        r.receiver.paused = True
+        for body in bodies:
+            _post(r.url, body)
+        r.receiver.paused = False
+        assert r.receiver.flush(120)
+    finally:
+        r.stop()
+    # each slice measured once: the next batch's first slice, started while the last slice of
+    # the batch before was written, is the one it used
+    assert prefetched.count(True) == 1, "the second batch's first slice was started during the first batch"
+    assert sum(started) == 48 and len(started) == 6
+    with read_connection(db) as con:
+        assert con.execute("SELECT count(*), count(DISTINCT span_id) FROM tool_calls").fetchone() == (480, 480)
+        assert con.execute("SELECT max(duplicates) FROM collector_stats").fetchone() == (0,)
+    assert multiprocessing.active_children() == []
+
+
 def test_a_worker_that_dies_leaves_the_batch_to_the_receivers_threads(tmp_path: Path) -> None:
     db = str(tmp_path / "broken.duckdb")
     r = RunningReceiver(CollectorConfig(db=db, flush_interval=0.05),

@@ -179,6 +179,35 @@ def test_full_queue_answers_503_with_retry_after(serve, db_path: str) -> None:  
         assert con.execute("SELECT sum(refused) FROM collector_stats").fetchone() == (1,)
 
 
+def test_a_batch_written_in_slices_is_tried_again_from_the_slice_that_failed(
+    serve, db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    import collector.serve.receiver as receiver_module
+
+    monkeypatch.setattr(receiver_module, "SLICE_BYTES", 1)  # every request a slice of its own
+    r = serve()
+    real = r.receiver.pipeline.write
+    written: list[int] = []
+
+    def second_fails_once(batch, queued=0):  # type: ignore[no-untyped-def]
+        written.append(len(batch.tool_rows))
+        if len(written) == 2:
+            raise OSError("disk full")
+        return real(batch, queued)
+
+    r.receiver.pipeline.write = second_fails_once
+    r.receiver.paused = True  # the three requests queue up and are exported as one batch
+    for i in range(3):
+        body = json.dumps(otlp(tool(i + 1, f"result {i}", trace=f"{i + 1:032x}"))).encode()
+        assert post(f"{r.url}/v1/traces", body)[0] == 200
+    r.receiver.paused = False
+    assert r.receiver.flush(timeout_s=30)
+    assert written == [1, 1, 1, 1]  # slice 1, slice 2 (failed), then slices 2 and 3 only
+    assert len(stored(db_path)) == 3
+    with read_connection(db_path) as con:
+        assert con.execute("SELECT max(duplicates) FROM collector_stats").fetchone() == (0,)
+
+
 def test_acknowledged_requests_survive_a_crash_before_they_were_written(db_path: str, tmp_path: Path) -> None:
     config = CollectorConfig(db=db_path, flush_interval=0.1)
     rc = ReceiverConfig(spool_dir=str(tmp_path / "spool"))
@@ -306,16 +335,16 @@ def test_write_failures_are_logged_once_with_a_traceback_then_in_a_line(serve, d
     import logging
 
     r = serve()
-    real = r.receiver._write
+    real = r.receiver.pipeline.write
     calls = {"n": 0}
 
-    def flaky(records):  # type: ignore[no-untyped-def]
+    def flaky(batch, queued=0):  # type: ignore[no-untyped-def]
         calls["n"] += 1
         if calls["n"] <= 2:
             raise OSError("disk full")
-        real(records)
+        return real(batch, queued)
 
-    r.receiver._write = flaky
+    r.receiver.pipeline.write = flaky
     with caplog.at_level(logging.WARNING, logger="toolmeter"):
         assert post(f"{r.url}/v1/traces", json.dumps(otlp(tool(1, "x" * 100))).encode())[0] == 200
         assert r.receiver.flush(timeout_s=30)
