@@ -72,6 +72,12 @@ class ToolCall:
     view_join: str | None = None
     """How a message view was matched to this call: ``call_id``, or ``order_content`` (the next
     LLM call's tool response for this tool, in order, confirmed by its content)."""
+    handle: str | None = None
+    """The handle the full result is kept behind (declared by :mod:`collector.adapter`)."""
+    items_total: int | None = None
+    items_shown: int | None = None
+    retained_items: tuple[Range, ...] | None = None
+    """Index ranges of the list items the view shows (declared)."""
     origin: str = "span"
     """What recorded the call: ``span`` (a tool span), ``log`` (a log event), ``messages`` (derived
     from an assistant tool call and the tool message after it, no tool span existing)."""

@@ -89,6 +89,19 @@ RECORD_ERROR: Final = "toolmeter.record.error"
 RAW: Final = "toolmeter.raw"
 """The raw result itself (string); optional, read before the dialects' result keys."""
 
+HANDLE: Final = "toolmeter.handle"
+"""The handle the full result is kept behind (``collector.adapter``), for ``read_result``."""
+
+ITEMS_TOTAL: Final = "toolmeter.items.total"
+"""Items in a list result (int)."""
+
+ITEMS_SHOWN: Final = "toolmeter.items.shown"
+"""Items of a list result the view shows (int)."""
+
+RETAINED_ITEMS: Final = "toolmeter.retained.items"
+"""Index ranges (in the tool's order) of the list items the view shows, as ``"0-37,40-41"``
+(end exclusive)."""
+
 # --- OpenTelemetry GenAI semantic conventions -----------------------------------
 
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"

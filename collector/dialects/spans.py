@@ -185,6 +185,10 @@ def extract_tool_call(
         truncated=r.bool_attr(A.TRUNCATED),
         retained=retained,
         shape=shape,
+        handle=texts.get(attrs.get(A.HANDLE)),
+        items_total=r.int_attr(A.ITEMS_TOTAL),
+        items_shown=r.int_attr(A.ITEMS_SHOWN),
+        retained_items=_retained(attrs, r, A.RETAINED_ITEMS),
         source=span.source,
         warnings=tuple(warnings)
         + tuple(i.message if not i.field else f"{i.field}: {i.message}" for i in r.issues)
@@ -291,15 +295,16 @@ def _sdk_limit_warnings(span: SpanData, result: _Result, raw_bytes: int | None) 
     return warnings
 
 
-def _retained(attrs: Mapping[str, Any], r: SpanReader) -> tuple[tuple[int, int], ...] | None:
-    """Declared retained ranges (``toolmeter.retained``), or None (and an issue) when unreadable."""
-    value = attrs.get(A.RETAINED)
+def _retained(attrs: Mapping[str, Any], r: SpanReader, key: str = A.RETAINED) -> tuple[tuple[int, int], ...] | None:
+    """Declared ranges (``toolmeter.retained``, or the list items of ``toolmeter.retained.items``),
+    or None (and an issue) when unreadable."""
+    value = attrs.get(key)
     if value is None:
         return None
     try:
         return parse_ranges(str(value))
     except (ValueError, TypeError, OverflowError, RecursionError) as e:
-        r.issue(A.RETAINED, f"{str(e)[:300]}; retained ranges ignored")
+        r.issue(key, f"{str(e)[:300]}; retained ranges ignored")
         return None
 
 

@@ -136,6 +136,10 @@ class Measurement:
             "view_join": call.view_join,
             "origin": call.origin,
             "token_counter": self.counter,
+            "handle": call.handle,
+            "items_total": call.items_total,
+            "items_shown": call.items_shown,
+            "retained_items": [list(r) for r in call.retained_items] if call.retained_items is not None else None,
         }
 
 

@@ -65,6 +65,10 @@ TOOL_CALLS: Final = pa.schema(
         ("view_join", pa.string()),
         ("origin", pa.string()),
         ("token_counter", pa.string()),
+        ("handle", pa.string()),
+        ("items_total", pa.int64()),
+        ("items_shown", pa.int64()),
+        ("retained_items", pa.list_(pa.list_(pa.int64()))),
     ]
 )
 """A row of ``tool_calls`` as the pipeline hands it over (one per measured tool call)."""

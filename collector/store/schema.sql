@@ -53,6 +53,10 @@ CREATE TABLE IF NOT EXISTS tool_calls (
     view_join           VARCHAR,            -- how a message view was matched: call_id | order_content | order
     origin              VARCHAR,            -- span | log | messages (derived from an LLM call's input)
     token_counter       VARCHAR,            -- who counted the tokens, with its version: 'quicktok 0.4.0' | 'tiktoken 0.14.0'
+    handle              VARCHAR,            -- where the adapter keeps the full result (collector.adapter)
+    items_total         BIGINT,             -- items of a list result (declared)
+    items_shown         BIGINT,             -- items of it the view shows (declared)
+    retained_items      BIGINT[][],         -- [[start, end), ...] index ranges of the items shown
     PRIMARY KEY (trace_id, span_id)
 );
 ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS retained_coverage DOUBLE;
@@ -62,6 +66,10 @@ ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS wrapper_tokens BIGINT;
 ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS view_join VARCHAR;
 ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS origin VARCHAR;
 ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS token_counter VARCHAR;
+ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS handle VARCHAR;
+ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS items_total BIGINT;
+ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS items_shown BIGINT;
+ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS retained_items BIGINT[][];
 
 -- One row per model call, kept lightly for window cost and replay.
 CREATE TABLE IF NOT EXISTS llm_calls (

@@ -158,6 +158,18 @@ cols[3].metric(
 # words, not metrics: a metric's large type cuts "diagnostic" to "diagno…"
 st.markdown(f"shape **{call['shape'] or 'unknown'}** ({call['shape_source'] or 'no source'}) · "
             f"status **{call['status']}** · view from **{call['view_source'] or 'unknown'}**")  # fmt: skip
+declared = []
+if call.get("items_total") is not None:
+    shown_items = call.get("retained_items") or []
+    declared.append(
+        f"list items shown **{call.get('items_shown') or 0:,} of {call['items_total']:,}** (declared"
+        + ("; items " + ", ".join(f"{a:,}–{b - 1:,}" for a, b in shown_items[:8]) + (" …" if len(shown_items) > 8 else "")
+           if shown_items else "") + ")"
+    )  # fmt: skip
+if call.get("handle"):
+    declared.append(f"the whole result is kept behind handle `{call['handle']}` (`read_result`, `filter_result`)")
+if declared:
+    st.markdown(" · ".join(declared))
 for w in call["warnings"] or []:
     st.caption(f"⚠ {w}")
 

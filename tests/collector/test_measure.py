@@ -207,7 +207,7 @@ ROW_KEYS = [
     "over_budget", "view_over_budget", "truncated", "truncation_source", "truncation_kind", "retained_ranges",
     "retained_source", "retained_bytes", "retained_coverage", "omitted_bytes", "shape", "shape_source",
     "schema_fingerprint", "schema_fields", "arguments", "warnings", "raw_wrapper", "wrapper_bytes", "wrapper_tokens",
-    "view_join", "origin", "token_counter",
+    "view_join", "origin", "token_counter", "handle", "items_total", "items_shown", "retained_items",
 ]  # fmt: skip
 
 
