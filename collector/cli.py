@@ -22,6 +22,7 @@ from collector.commands import (
     cmd_migrate,
     cmd_prune,
     cmd_top,
+    cmd_whatif,
 )
 from collector.config import (
     DATA_PATH_ENV,
@@ -222,6 +223,25 @@ def _add_dashboards(sub: Any, db_default: str) -> None:
         p.set_defaults(func=func)
 
 
+def _add_whatif(sub: Any, db_default: str) -> None:
+    p = sub.add_parser(
+        "whatif", help="replay the stored raw results through per-tool budgets: tokens and window cost saved"
+    )
+    _store_arguments(p, db_default)
+    p.add_argument("--budget", action="append", default=[], metavar="TOOL=TOKENS[:SHAPE[:STRATEGY]]",
+                   help="a tool's budget (repeat per tool): search_orders=800, fetch_logs=2000:diagnostic, "
+                   "get_page=3000:document:head")  # fmt: skip
+    p.add_argument("--days", type=float, default=None, help="replay only the calls of the last N days (default: all)")
+    p.add_argument("--keep-last", type=int, default=None,
+                   help="also compact: a result re-read by more than K later LLM calls costs its stub after them")  # fmt: skip
+    p.add_argument(
+        "--share", type=float, default=0.05, help="for suggestions: the share of the window a tool's p99 may take"
+    )
+    p.add_argument("--window", type=int, default=128_000, help="for suggestions: the model's window in tokens")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_whatif)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toolmeter", description="Measure what each tool call puts into an agent's context window."
@@ -239,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_alerts,
         _add_watch,
         _add_check,
+        _add_whatif,
         _add_dashboards,
     ):
         add(sub, db_default)

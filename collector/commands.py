@@ -1,4 +1,4 @@
-"""The one-shot commands: ``ingest``, ``top``, ``doctor``, ``alerts``, ``check``, ``lake maintain``, ``migrate``.
+"""The one-shot commands: ``ingest``, ``top``, ``doctor``, ``alerts``, ``check``, ``whatif``, ``lake maintain``, ``migrate``.
 
 Each returns the process's exit code; errors toolmeter raises on purpose are turned into one
 line by :func:`collector.cli.main`.
@@ -18,6 +18,7 @@ from collector.config import CollectorConfig
 from collector.errors import InputError
 from collector.ingest import ingest_files
 from collector.query.ranking import collector_totals, ranking
+from collector.query.whatif import parse_budget, suggestions, whatif
 from collector.store.database import read_connection
 from collector.store.lake import redact
 
@@ -277,3 +278,38 @@ def parse_duration(text: str) -> float:
     if not m:
         raise InputError(f"duration {text!r}: use seconds, or a number with s, m, h or d (e.g. 1h)")
     return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def cmd_whatif(args: argparse.Namespace) -> int:
+    budgets = dict(parse_budget(spec) for spec in args.budget)
+    since = None
+    if args.days is not None:
+        since = int((datetime.now(UTC) - timedelta(days=args.days)).timestamp() * 1e9)
+    with read_connection(args.db) as con:
+        figures = [o.figures() for o in whatif(con, args.db, budgets, since_ns=since, keep_last=args.keep_last)]
+        suggested = suggestions(con, args.share, args.window)
+    if args.json:
+        print(json.dumps({"budgets": figures, "suggestions": suggested}, indent=2))
+        return 0
+    if figures:
+        header = (f"{'tool':<22} {'budget':>7} {'replayed':>9} {'p99 before':>10} {'after':>7} {'tokens before':>13} "
+                  f"{'after':>9} {'window cost':>11} {'after':>9} {'saved':>6} {'trunc':>12} {'lost: errors':>12} "
+                  f"{'items':>7} {'lines':>7}")  # fmt: skip
+        print(header)
+        print("-" * len(header))
+        for f in figures:
+            saved = f["window_cost_saved"] / f["window_cost_before"] if f["window_cost_before"] else None
+            trunc = f"{_pct(f['truncated_rate_before'])}>{_pct(f['truncated_rate_after'])}"
+            print(f"{f['tool'][:22]:<22} {f['budget_tokens']:>7,} {f['replayed']:>4}/{f['calls']:<4} "
+                  f"{format_tokens(f['p99_before']):>10} {format_tokens(f['p99_after']):>7} "
+                  f"{format_tokens(f['tokens_before']):>13} {format_tokens(f['tokens_after']):>9} "
+                  f"{format_tokens(f['window_cost_before']):>11} {format_tokens(f['window_cost_after']):>9} "
+                  f"{_pct(saved):>6} {trunc:>12} {f['lost_error_lines']:>12,} {f['lost_items']:>7,} "
+                  f"{f['lost_lines']:>7,}")  # fmt: skip
+            for reason, n in f["not_replayed"].items():
+                print(f"   not replayed: {n} call(s), {reason}")
+    print(f"\nbudgets that keep each tool's p99 within {args.share:.0%} of a {args.window:,}-token window:")
+    for s in suggested:
+        verdict = f"budget {s['suggested_budget']:,}" if s["suggested_budget"] else "within already"
+        print(f"   {s['tool'][:30]:<30} p99 {format_tokens(s['p99']):>8}  {verdict}")
+    return 0

@@ -151,3 +151,16 @@ def before_after(hist: pd.DataFrame) -> go.Figure:
     fig.update_layout(height=300, margin={"l": 10, "r": 10, "t": 30, "b": 40},
                       yaxis_title="calls", legend={"orientation": "h", "y": 1.15})  # fmt: skip
     return fig
+
+
+def whatif_bars(table: pd.DataFrame) -> go.Figure:
+    """Window cost per tool as recorded and under the what-if budgets, side by side."""
+    fig = go.Figure()
+    for column, name, color in (("window_cost_before", "as recorded", "#1f77b4"),
+                                ("window_cost_after", "with the budgets", "#2ca02c")):  # fmt: skip
+        fig.add_bar(y=table["tool"], x=table[column], name=name, orientation="h", marker_color=color,
+                    text=[human_tokens(v) for v in table[column]], textposition="outside")  # fmt: skip
+    fig.update_layout(barmode="group", height=120 + 60 * len(table), margin={"l": 10, "r": 40, "t": 30, "b": 40},
+                      xaxis_title="window cost (tokens re-read by later LLM calls)",
+                      yaxis={"autorange": "reversed"}, legend={"orientation": "h", "y": 1.1})  # fmt: skip
+    return fig

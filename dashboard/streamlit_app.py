@@ -105,6 +105,7 @@ pages = [
     st.Page("app_pages/replay.py", title="Trace replay", icon=":material/replay:", url_path="replay"),
     st.Page("app_pages/alerts.py", title="Alerts", icon=":material/notifications:", url_path="alerts"),
     st.Page("app_pages/coverage.py", title="Coverage", icon=":material/fact_check:", url_path="coverage"),
+    st.Page("app_pages/whatif.py", title="What-if budgets", icon=":material/tune:", url_path="whatif"),
 ]
 nav = st.navigation(pages)
 if filters is None:

@@ -16,6 +16,7 @@ the current span, so toolmeter records declared truncation rather than inferring
 Nothing here imports DuckDB, the receiver or the dashboard.
 """
 
+from collector.adapter.compaction import Replacement, compact
 from collector.adapter.handles import (
     DirectoryHandles,
     HandleError,
@@ -34,8 +35,10 @@ __all__ = [
     "HandleStore",
     "MemoryHandles",
     "Policy",
+    "Replacement",
     "Scope",
     "Shaped",
+    "compact",
     "default_store",
     "filter_result",
     "read_result",

@@ -143,7 +143,7 @@ def shape_list(raw: str, parsed: Any, policy: Policy, scope: Scope, store: Handl
         isinstance(item, dict) and set(item) - set(policy.fields) for item in snapshot[:k]
     )  # fmt: skip
     return View(render(chosen), k < total or projected, S.merged((spans[i] for i in kept), raw), chosen,
-                total, sorted(kept))  # fmt: skip
+                total, sorted(kept), handle)  # fmt: skip
 
 
 def _guidance(handle: str, shown: int, summary: dict[str, Any], applied_filter: str | None) -> str:
@@ -164,7 +164,7 @@ def shape_record(raw: str, parsed: Any, policy: Policy, scope: Scope, store: Han
     whole = {f: parsed[f] for f in wanted}
     handle = keep(store, scope, items=[parsed])
     if len(wanted) == len(parsed) and tokens(render(parsed)) <= policy.budget_tokens:
-        return View(render(parsed), False, [(start, len(raw.rstrip()))], parsed)
+        return View(render(parsed), False, [(start, len(raw.rstrip()))], parsed, handle=handle)
     kept: dict[str, Any] = {}
 
     def view_of(record: dict[str, Any], left_out: list[str]) -> dict[str, Any]:
@@ -188,4 +188,4 @@ def shape_record(raw: str, parsed: Any, policy: Policy, scope: Scope, store: Han
     ]
     env = next((c for c in candidates if tokens(render(c)) <= policy.budget_tokens), candidates[-1])
     shown = env["record"]
-    return View(render(env), True, S.merged((members[f] for f in shown), raw), env)
+    return View(render(env), True, S.merged((members[f] for f in shown), raw), env, handle=handle)

@@ -119,12 +119,12 @@ def shape(
     text = raw_text(raw)
     store = store if store is not None else _default_store
     view, shape_name = _view(text, policy, scope, store, query, applied_filter)
-    handle = (view.envelope or {}).get("handle")
+    handle = view.handle
     retained = tuple(S.to_bytes(text, view.spans))
     shaped = Shaped(
         view=view.text, shape=shape_name, handle=handle, truncated=view.truncated, retained=retained,
         view_tokens=tokens(view.text), budget_tokens=policy.budget_tokens,
-        envelope=view.envelope if view.envelope and len(view.envelope) > 1 else None,
+        envelope=view.envelope,
         items_total=view.items_total, items_shown=len(view.items) if view.items_total is not None else None,
         retained_items=_index_ranges(view.items),
     )  # fmt: skip

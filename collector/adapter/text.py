@@ -125,14 +125,14 @@ def _pieces(raw: str, policy: Policy, room: int, query: str | None) -> list[tupl
 def shape_document(raw: str, policy: Policy, scope: Scope, store: HandleStore, query: str | None) -> View:
     handle = keep(store, scope, text=raw)  # stored even when it all fits: the handle is recorded
     if tokens(raw) <= policy.budget_tokens:
-        return View(raw, False, [(0, len(raw))] if raw else [], {"handle": handle})
+        return View(raw, False, [(0, len(raw))] if raw else [], handle=handle)
     total = S.utf8_len(raw)
     room = policy.budget_tokens - 2 * tokens(_marker(raw, handle, 0, len(raw), total))
     while True:
         pieces = [(a, b) for a, b in _pieces(raw, policy, max(room, 0), query) if b > a]
         text = _assemble(raw, pieces, handle, total)
         if tokens(text) <= policy.budget_tokens or not pieces:
-            return View(text, True, pieces, {"handle": handle})
+            return View(text, True, pieces, handle=handle)
         room = int(room * 0.9)  # joins between pieces and markers cost a few tokens more
 
 
@@ -152,7 +152,7 @@ def shape_diagnostic(raw: str, policy: Policy, scope: Scope, store: HandleStore)
     """Distinct error lines (with how often each form occurs), then the first and last lines."""
     handle = keep(store, scope, text=raw)
     if tokens(raw) <= policy.budget_tokens:
-        return View(raw, False, [(0, len(raw))] if raw else [], {"handle": handle})
+        return View(raw, False, [(0, len(raw))] if raw else [], handle=handle)
     lines = _lines(raw)
     total = S.utf8_len(raw)
     groups: dict[str, list[int]] = {}
@@ -167,7 +167,7 @@ def shape_diagnostic(raw: str, policy: Policy, scope: Scope, store: HandleStore)
     while True:
         text, spans = _diagnostic_text(raw, lines, groups, picked_errors, head, tail, header, handle, total)
         if tokens(text) <= policy.budget_tokens or not (picked_errors or head or tail):
-            return View(text, True, S.merged(spans, raw), {"handle": handle})
+            return View(text, True, S.merged(spans, raw), handle=handle)
         # joins cost a few tokens more than the lines' own counts: give up the last line taken
         if tail:
             tail = tail[1:]

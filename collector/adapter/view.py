@@ -46,3 +46,4 @@ class View:
     envelope: dict[str, Any] | None = None
     items_total: int | None = None
     items: list[int] = field(default_factory=list)
+    handle: str | None = None
