@@ -64,3 +64,15 @@ def test_no_page_prints_a_stray_string() -> None:
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
     ]
     assert stray == []
+
+
+def test_every_package_of_the_source_tree_goes_into_the_wheel() -> None:
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for top in ("collector", "dashboard")
+        for init in (ROOT / top).rglob("__init__.py")
+    }
+    assert found <= listed, f"add to [tool.setuptools] packages: {sorted(found - listed)}"
