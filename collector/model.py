@@ -79,7 +79,8 @@ class ToolCall:
     retained_items: tuple[Range, ...] | None = None
     """Index ranges of the list items the view shows (declared)."""
     origin: str = "span"
-    """What recorded the call: ``span`` (a tool span), ``log`` (a log event), ``messages`` (derived
+    """What recorded the call: ``span`` (a tool span), ``mcp_server`` (the MCP SDK's server span
+    of the call), ``log`` (a log event), ``messages`` (derived
     from an assistant tool call and the tool message after it, no tool span existing)."""
     warnings: tuple[str, ...] = field(default=())
 

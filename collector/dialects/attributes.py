@@ -104,6 +104,10 @@ RETAINED_ITEMS: Final = "toolmeter.retained.items"
 
 # --- OpenTelemetry GenAI semantic conventions -----------------------------------
 
+MCP_METHOD_NAME: Final = "mcp.method.name"
+"""The MCP SDK's spans: ``tools/call`` on the server's span of a tool call (it carries no result)."""
+MCP_TOOLS_CALL: Final = "tools/call"
+
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
 GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"

@@ -190,6 +190,8 @@ def extract_tool_call(
         items_shown=r.int_attr(A.ITEMS_SHOWN),
         retained_items=_retained(attrs, r, A.RETAINED_ITEMS),
         source=span.source,
+        # the MCP SDK's server span of a call: the client's own tool span may stand for the same call
+        origin="mcp_server" if attrs.get(A.MCP_METHOD_NAME) == A.MCP_TOOLS_CALL else "span",
         warnings=tuple(warnings)
         + tuple(i.message if not i.field else f"{i.field}: {i.message}" for i in r.issues)
         + texts.warnings(),

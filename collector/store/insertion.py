@@ -84,7 +84,50 @@ def _insert_tool_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]]
     ).fetchall()
     if gone:
         _delete_calls(con, [(t, sp) for t, sp in gone])
-    return insert_new(con, "tool_calls", "tool_batch", ("trace_id", "span_id"), lake, _WITH_START_TIME, by_start=True)
+    added = insert_new(con, "tool_calls", "tool_batch", ("trace_id", "span_id"), lake, _WITH_START_TIME, by_start=True)
+    return added - min(_merge_nested(con), added)
+
+
+# One call recorded by two tool spans of the same name: a span directly inside another (a tool
+# decorator under a framework's own tool span), or the MCP SDK's server span of a call inside the
+# client's tool span (the MCP client span between them is no tool call, so only time containment
+# links them, and only when one client span contains it: parallel calls of a tool overlap).
+_NESTED = f"""
+    SELECT i.trace_id, i.span_id, any_value(o.span_id), bool_or(i.raw_bytes IS NOT NULL), count(*)
+    FROM tool_calls i JOIN tool_calls o
+      ON o.trace_id = i.trace_id AND o.tool_name = i.tool_name AND o.span_id <> i.span_id
+    WHERE i.trace_id IN (SELECT DISTINCT trace_id FROM tool_batch)
+      -- a trace's calls lie within the horizon of the batch's: DuckDB skips row groups by start_ns
+      AND i.start_ns BETWEEN (SELECT min(start_ns) FROM tool_batch) - {TRACE_HORIZON_NS} AND (SELECT max(start_ns) FROM tool_batch) + {TRACE_HORIZON_NS}
+      AND o.start_ns BETWEEN (SELECT min(start_ns) FROM tool_batch) - {TRACE_HORIZON_NS} AND (SELECT max(start_ns) FROM tool_batch) + {TRACE_HORIZON_NS}
+      AND i.origin IN ('span', 'mcp_server') AND o.origin IN ('span', 'mcp_server')
+      AND (i.parent_span_id = o.span_id
+           OR (i.origin = 'mcp_server' AND o.origin = 'span' AND o.start_ns <= i.start_ns AND i.end_ns <= o.end_ns))
+    GROUP BY i.trace_id, i.span_id"""
+NESTED_WARNING = ("one call recorded by two tool spans of the same name (a tool span inside another, or the MCP "
+                  "server's tools/call span inside the client's): kept as one row, the one that holds the result")  # fmt: skip
+
+
+def _merge_nested(con: duckdb.DuckDBPyConnection) -> int:
+    """Keep one row per call recorded twice (see ``_NESTED``): the inner one when it has the raw
+    result (it is nearer the tool), else the outer one. Returns the rows dropped."""
+    drop: list[tuple[str, str]] = []
+    keep: list[tuple[str, str]] = []
+    for trace_id, inner, outer, inner_has_raw, candidates in con.execute(_NESTED).fetchall():
+        if candidates != 1:
+            continue
+        gone, kept = (outer, inner) if inner_has_raw else (inner, outer)
+        drop.append((trace_id, gone))
+        keep.append((trace_id, kept))
+    if not drop:
+        return 0
+    _delete_calls(con, drop)
+    con.execute(
+        "UPDATE tool_calls SET warnings = list_append(coalesce(warnings, []::VARCHAR[]), ?) "
+        "WHERE trace_id || ':' || span_id IN (SELECT unnest(?::VARCHAR[]))",
+        [NESTED_WARNING, [f"{t}:{s}" for t, s in keep]],
+    )
+    return len(drop)
 
 
 def _insert_llm_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]], lake: bool) -> int:
