@@ -51,6 +51,8 @@ class Stored:
     fields: tuple[str, ...] | None = None
     """The fields a page of items keeps unless the reader asks for others."""
     created: float = 0.0
+    size: int = 0
+    """Bytes of the result (its text, or the raw text its items came from), for the memory bound."""
 
 
 class HandleStore(Protocol):
@@ -63,17 +65,32 @@ def new_handle() -> str:
     return f"tmh_{secrets.token_hex(12)}"
 
 
-class MemoryHandles:
-    """Handles in this process's memory (they end with it)."""
+DEFAULT_MEMORY_BYTES = 256 * 1024 * 1024
+"""What :class:`MemoryHandles` holds at most by default; the oldest handles go first."""
 
-    def __init__(self) -> None:
-        self._entries: dict[str, Stored] = {}
+
+class MemoryHandles:
+    """Handles in this process's memory (they end with it), at most ``max_bytes`` of results:
+    past it the oldest are forgotten, and reading one says it expired. A long-running agent's
+    memory does not grow with every result it ever shaped."""
+
+    def __init__(self, max_bytes: int = DEFAULT_MEMORY_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._entries: dict[str, Stored] = {}  # in insertion order: the first is the oldest
+        self._held = 0
+        self.expired = 0
+        """Handles forgotten to stay within ``max_bytes``."""
         self._lock = threading.Lock()
 
     def put(self, stored: Stored) -> str:
         handle = new_handle()
         with self._lock:
             self._entries[handle] = stored
+            self._held += stored.size
+            while self._held > self.max_bytes and len(self._entries) > 1:
+                oldest = next(iter(self._entries))
+                self._held -= self._entries.pop(oldest).size
+                self.expired += 1
         return handle
 
     def get(self, handle: str) -> Stored | None:
@@ -111,9 +128,11 @@ class DirectoryHandles:
 
 
 def keep(store: HandleStore, scope: Scope, *, items: list[Any] | None = None, text: str | None = None,
-         fields: tuple[str, ...] | None = None) -> str:  # fmt: skip
-    """Store a result's full payload; returns its handle."""
-    return store.put(Stored(scope, items, text, fields, time.time()))
+         fields: tuple[str, ...] | None = None, size: int | None = None) -> str:  # fmt: skip
+    """Store a result's full payload (``size``: its bytes, when ``items`` came from a known text); returns its handle."""
+    if size is None:
+        size = len(text) if text is not None else len(json.dumps(items, ensure_ascii=False, default=str))
+    return store.put(Stored(scope, items, text, fields, time.time(), size))
 
 
 def _open(store: HandleStore, handle: Any, scope: Scope) -> Stored:
@@ -121,7 +140,10 @@ def _open(store: HandleStore, handle: Any, scope: Scope) -> Stored:
         raise HandleError(f"handle={handle!r} is not a result handle (they look like 'tmh_' and 24 hex digits)")
     stored = store.get(handle)
     if stored is None:
-        raise HandleError(f"handle {handle} is unknown here: it expired, or was made by another store")
+        raise HandleError(
+            f"handle {handle} is unknown here: it expired (the store keeps a bounded amount), "
+            "or was made by another store; call the tool again"
+        )
     if stored.scope != scope:
         raise HandleError(f"handle {handle} belongs to another run or principal; "
                           "a handle is read only by the run that made it")  # fmt: skip

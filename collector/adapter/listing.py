@@ -108,7 +108,7 @@ def shape_list(raw: str, parsed: Any, policy: Policy, scope: Scope, store: Handl
     items, spans = found
     order = _order(items, policy)
     snapshot = [items[i] for i in order]
-    handle = keep(store, scope, items=snapshot, fields=policy.fields)
+    handle = keep(store, scope, items=snapshot, fields=policy.fields, size=len(raw))
     shown = [project(item, policy.fields) for item in snapshot]
     total = len(items)
     most = total if policy.max_items is None else min(total, policy.max_items)
@@ -162,7 +162,7 @@ def shape_record(raw: str, parsed: Any, policy: Policy, scope: Scope, store: Han
     _, members, _ = S.object_members(raw, start)
     wanted = [f for f in (policy.fields or tuple(parsed)) if f in parsed]
     whole = {f: parsed[f] for f in wanted}
-    handle = keep(store, scope, items=[parsed])
+    handle = keep(store, scope, items=[parsed], size=len(raw))
     if len(wanted) == len(parsed) and tokens(render(parsed)) <= policy.budget_tokens:
         return View(render(parsed), False, [(start, len(raw.rstrip()))], parsed, handle=handle)
     kept: dict[str, Any] = {}

@@ -261,3 +261,14 @@ def test_bad_policies_and_filters_name_the_field() -> None:
         read_result(store, shaped.handle, RUN, offset=-1)  # type: ignore[arg-type]
     narrowed = filter_result(store, shaped.handle, RUN, "amount > 100 and status in ['paid', 'shipped']")  # type: ignore[arg-type]
     assert all(i["amount"] > 100 and i["status"] in ("paid", "shipped") for i in narrowed["items"])
+
+
+def test_the_memory_store_is_bounded_and_an_expired_handle_says_so() -> None:
+    store = MemoryHandles(max_bytes=50_000)
+    policy = Policy(200, "document")
+    first = shape("x " * 20_000, policy, RUN, store=store)  # 40 KB
+    second = shape("y " * 20_000, policy, RUN, store=store)
+    assert store.expired == 1
+    with pytest.raises(HandleError, match="expired"):
+        read_result(store, first.handle, RUN)  # type: ignore[arg-type]
+    assert read_result(store, second.handle, RUN)["total_bytes"] == 40_000  # type: ignore[arg-type]
