@@ -271,6 +271,15 @@ def test_coverage_in_a_browser(page, dashboard_url: str) -> None:  # type: ignor
     _shot(page, "coverage")
 
 
+def test_whatif_in_a_browser(page, dashboard_url: str) -> None:  # type: ignore[no-untyped-def]
+    page.goto(f"{dashboard_url}/whatif")
+    _settle(page, "What-if budgets", charts=1)
+    body = page.inner_text("body")
+    assert "Suggested budgets" in body and "search_orders" in body
+    assert "window cost, as recorded" in body and "with these budgets" in body
+    _shot(page, "whatif")
+
+
 def _grid_column(pg, name: str, n: int = 0) -> list[str]:  # type: ignore[no-untyped-def]
     """The cells of one column of the n-th dataframe, read from the grid's accessible table
     (its cells are painted on a canvas); a sorted header carries an arrow, which is dropped."""
