@@ -18,6 +18,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan
 
@@ -47,7 +48,10 @@ def with_payloads(span: ReadableSpan, raw: str | bytes | None, view: str | bytes
     """A copy of ``span`` carrying the parked payloads as attributes."""
     if raw is None and view is None:
         return span
-    attrs = with_payload_attributes(span.attributes or {}, raw, view)
+    # bounded attributes carry the count the SDK dropped (its attribute limits): the OTLP
+    # message keeps saying so, as the span itself would have
+    attrs = BoundedAttributes(attributes=with_payload_attributes(span.attributes or {}, raw, view), immutable=True)
+    attrs.dropped = span.dropped_attributes
     return ReadableSpan(
         name=span.name,
         context=span.context,

@@ -209,8 +209,11 @@ class ToolResultProcessor(SpanProcessor):
         # The agent's thread: a filter and an append, nothing that grows with the payload.
         # Written out rather than in helpers: each Python call here costs the agent ~60 ns.
         try:
+            # the dict behind the SDK's attributes: its public mapping is a proxy over
+            # BoundedAttributes whose lookups run Python under a lock, and an ended span's
+            # attributes never change; any other implementation gets the public mapping
             backing = getattr(getattr(span, "_attributes", None), "_dict", None)
-            attrs = backing if backing.__class__ is dict else _plain_attributes(span)
+            attrs = backing if backing.__class__ is dict else (span.attributes or {})
             kind = classify(span.name, attrs)
             if kind is None or self._shutdown:
                 return
@@ -303,20 +306,6 @@ class ToolResultProcessor(SpanProcessor):
 def _as_span_data(item: Item) -> Item:
     span = item.span
     return Item(item.kind, span_data(span), item.raw, item.view) if isinstance(span, ReadableSpan) else item
-
-
-def _plain_attributes(span: Any) -> Any:
-    """The span's attributes as a plain dict when the SDK allows it.
-
-    ``ReadableSpan.attributes`` is a proxy over ``BoundedAttributes``, whose lookups run
-    Python code under a lock; on_end makes about ten of them. Once a span has ended its
-    attributes are immutable, so reading the backing dict is safe, and it is several
-    times cheaper. Any other implementation falls back to the public mapping.
-    """
-    backing = getattr(getattr(span, "_attributes", None), "_dict", None)
-    if isinstance(backing, dict):
-        return backing
-    return span.attributes or {}
 
 
 _PAYLOAD_KEYS = (A.VIEW, *RESULT_KEYS)

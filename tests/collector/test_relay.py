@@ -227,3 +227,28 @@ def test_the_helpers_encoding_equals_the_sdks_field_for_field() -> None:
     assert first.dropped_attributes_count == 3 and first.dropped_events_count == 1 and first.dropped_links_count == 1
     assert first.trace_state == "vendor=v1,k=2" and first.parent_span_id == (0xDEF).to_bytes(8, "big")
     assert first.flags == 0x300  # the parent is remote, and the flags say that they say so
+
+
+def test_payloads_added_in_this_thread_keep_the_count_of_attributes_the_sdk_dropped() -> None:
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    from collector.agent.forward import with_payloads
+
+    captured: list = []  # type: ignore[type-arg]
+
+    class Keep(SpanProcessor):
+        def on_end(self, span):  # type: ignore[no-untyped-def]
+            captured.append(span)
+
+    provider = TracerProvider(span_limits=SpanLimits(max_span_attributes=3), shutdown_on_exit=False)
+    provider.add_span_processor(Keep())
+    with provider.get_tracer("t").start_as_current_span("execute_tool t") as span:
+        for i in range(5):
+            span.set_attribute(f"a{i}", i)
+    provider.shutdown()
+    (finished,) = captured
+    assert finished.dropped_attributes == 2
+    copy = with_payloads(finished, "raw text", None)
+    assert copy.attributes["toolmeter.raw"] == "raw text" and copy.dropped_attributes == 2
+    (encoded,) = encode_spans([copy]).resource_spans[0].scope_spans[0].spans
+    assert encoded.dropped_attributes_count == 2
