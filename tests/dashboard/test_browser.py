@@ -366,6 +366,8 @@ def test_a_foreign_duckdb_file_says_so_in_the_browser(page, tmp_path) -> None:  
     with _dashboard(foreign) as url:
         page.goto(f"{url}/")
         page.get_by_text("not a toolmeter store").first.wait_for(timeout=60_000)
+        # the hint is drawn after the error: wait for it too, not only for the first
+        page.get_by_text("to load the sample traces").first.wait_for(timeout=60_000)
         assert page.locator('[data-testid="stException"]').count() == 0
         assert "toolmeter demo" in page.inner_text("body")
         _shot(page, "foreign_store")
