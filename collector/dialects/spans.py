@@ -145,7 +145,7 @@ def extract_tool_call(
     if raw_tokens_declared is None and span.name == A.CC_TOOL_SPAN:
         raw_tokens_declared = r.int_attr(A.CC_RESULT_TOKENS)  # Claude Code's own estimate, not a count
         raw_tokens_approximate = raw_tokens_declared is not None
-    warnings = _sdk_limit_warnings(span, result, raw_bytes)
+    warnings = _sdk_limit_warnings(span, result, raw_bytes) + _mcp_without_result(attrs, result, raw_bytes)
     retained = _retained(attrs, r)
     shape = _shape(attrs, r)
     texts = _Texts()
@@ -277,6 +277,17 @@ def _result_event_of(events: tuple[tuple[str, Mapping[str, Any], Any], ...]) -> 
     if opened.wrapper is not None:
         return _Result(opened.text, key, attr, opened.wrapper, _as_payload(attr))
     return _Result(opened.text, key, attr)
+
+
+def _mcp_without_result(attrs: Mapping[str, Any], result: _Result, raw_bytes: int | None) -> list[str]:
+    """Say how to get the result of an MCP SDK server span, which carries none of its own."""
+    if attrs.get(A.MCP_METHOD_NAME) != A.MCP_TOOLS_CALL or result.raw is not None or raw_bytes is not None:
+        return []
+    return [
+        "the MCP SDK's tools/call span carries no result: shape it in the tool with "
+        "collector.adapter.mcp.shape_call_result (or collector.record_tool_result), or trace the client's "
+        "tool span, which has it"
+    ]
 
 
 def _sdk_limit_warnings(span: SpanData, result: _Result, raw_bytes: int | None) -> list[str]:

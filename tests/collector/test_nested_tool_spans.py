@@ -55,3 +55,16 @@ def test_an_mcp_call_inside_the_clients_tool_span_is_one_call(tmp_path: Path) ->
     assert listed[1] > 40_000 and listed[2] < 8_000 and listed[3], "the server's row, shaped by the adapter"
     # read_result's server span carries no result: the client's span, which does, is the row kept
     assert rows[1][1] is not None and rows[1][3]
+
+
+@pytest.mark.slow
+def test_an_mcp_server_span_without_its_result_says_how_to_record_it(tmp_path: Path) -> None:
+    db = str(tmp_path / "mcp.duckdb")
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "adapter" / "mcp_client.py"), db],
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    with read_connection(db) as con:
+        rows = con.execute("SELECT tool_name, raw_bytes, warnings FROM tool_calls ORDER BY start_ns").fetchall()
+    (listed, *rest) = rows
+    assert listed[1] is not None and not any("tools/call span carries no result" in w for w in listed[2])
+    assert rest and all(r[1] is None and any("shape_call_result" in w for w in r[2]) for r in rest)
