@@ -15,13 +15,12 @@ SDK.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import Any, TypeVar
 
 from collector.adapter.policy import Policy, Scope
-from collector.adapter.positions import utf8_len
 from collector.adapter.shaping import Shaped, shape
+from collector.agent.record import as_text, utf8_len
 
 R = TypeVar("R")
 
@@ -65,7 +64,7 @@ def shape_call_result(result: R, policy: Policy, scope: Scope, *, tool_name: str
                            "or filter_result(handle, expr) return parts of it.",
             "mimeType": "application/json" if structured is not None or shaped.shape in ("list", "record")
             else "text/plain",
-            "size": utf8_len(raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False, default=str)),
+            "size": utf8_len(as_text(raw)),
         })  # fmt: skip
     out["content"] = content
     if structured is not None and shaped.envelope is not None:

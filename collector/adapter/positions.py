@@ -114,7 +114,3 @@ def to_bytes(text: str, spans: list[Span]) -> list[Span]:
         offsets[cut] = count
         position = cut
     return [(offsets[s], offsets[e]) for s, e in spans]
-
-
-def utf8_len(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode("utf-8", errors="surrogatepass"))

@@ -15,7 +15,7 @@ from collector.adapter.listing import shape_list, shape_record
 from collector.adapter.policy import Policy, Scope
 from collector.adapter.text import shape_diagnostic, shape_document
 from collector.adapter.view import View, tokens
-from collector.agent.record import record_tool_result
+from collector.agent.record import as_text, record_tool_result
 from collector.dialects import attributes as A
 
 _default_store = MemoryHandles()
@@ -51,11 +51,8 @@ class Shaped:
 
 def raw_text(raw: Any) -> str:
     """The result as the text the byte ranges refer to (a value is JSON-encoded, as recorded)."""
-    if isinstance(raw, str):
-        return raw
-    if isinstance(raw, (bytes, bytearray)):
-        return bytes(raw).decode("utf-8", errors="replace")
-    return json.dumps(raw, ensure_ascii=False, default=str)
+    text = as_text(bytes(raw) if isinstance(raw, bytearray) else raw)
+    return text if isinstance(text, str) else text.decode("utf-8", errors="replace")
 
 
 def _index_ranges(indices: Iterable[int]) -> tuple[tuple[int, int], ...]:

@@ -14,8 +14,10 @@ from collector.adapter import positions as S
 from collector.adapter.handles import MAX_PAGE_BYTES, HandleStore, keep
 from collector.adapter.policy import Policy, Scope
 from collector.adapter.view import View, tokens
+from collector.agent.record import utf8_len
 
-_ERROR = re.compile(r"(?i)\b(error|errors|fatal|critical|panic|exception|traceback|fail(ed|ure)?|denied|refused)\b"
+# a line a diagnostic view keeps whatever its place (also what a what-if counts as lost)
+ERROR_LINE = re.compile(r"(?i)\b(error|errors|fatal|critical|panic|exception|traceback|fail(ed|ure)?|denied|refused)\b"
                     r"|^[EF]\d{4} ")  # fmt: skip
 _NUMBERS = re.compile(r"\d+")
 _LINE = re.compile(r"[^\n]*\n|[^\n]+$")
@@ -126,7 +128,7 @@ def shape_document(raw: str, policy: Policy, scope: Scope, store: HandleStore, q
     handle = keep(store, scope, text=raw)  # stored even when it all fits: the handle is recorded
     if tokens(raw) <= policy.budget_tokens:
         return View(raw, False, [(0, len(raw))] if raw else [], handle=handle)
-    total = S.utf8_len(raw)
+    total = utf8_len(raw)
     room = policy.budget_tokens - 2 * tokens(_marker(raw, handle, 0, len(raw), total))
     while True:
         pieces = [(a, b) for a, b in _pieces(raw, policy, max(room, 0), query) if b > a]
@@ -154,10 +156,10 @@ def shape_diagnostic(raw: str, policy: Policy, scope: Scope, store: HandleStore)
     if tokens(raw) <= policy.budget_tokens:
         return View(raw, False, [(0, len(raw))] if raw else [], handle=handle)
     lines = _lines(raw)
-    total = S.utf8_len(raw)
+    total = utf8_len(raw)
     groups: dict[str, list[int]] = {}
     for i, (a, b) in enumerate(lines):
-        if _ERROR.search(raw[a:b]):
+        if ERROR_LINE.search(raw[a:b]):
             groups.setdefault(_NUMBERS.sub("#", raw[a:b].strip()), []).append(i)
     errors = sum(len(v) for v in groups.values())
     header = (f"[diagnostic: {len(lines):,} lines, {errors:,} error lines in {len(groups):,} distinct forms; "

@@ -45,7 +45,8 @@ class ToolResult:
     retained: tuple[tuple[int, int], ...] | None = None
 
 
-def _as_text(value: Any) -> str | bytes:
+def as_text(value: Any) -> str | bytes:
+    """A result as recorded: text and bytes as they are, anything else JSON-encoded."""
     if isinstance(value, (str, bytes)):
         return value
     return json.dumps(value, ensure_ascii=False, default=str)
@@ -54,7 +55,7 @@ def _as_text(value: Any) -> str | bytes:
 _LEN_CHUNK_CHARS = 1024 * 1024
 
 
-def _utf8_len(value: str | bytes) -> int:
+def utf8_len(value: str | bytes) -> int:
     """UTF-8 length without an encoded copy of the whole value (the agent holds it already)."""
     if isinstance(value, bytes) or value.isascii():
         return len(value)
@@ -121,11 +122,11 @@ def record_tool_result(
 def _record(span: trace.Span, raw: Any, view: Any, budget_tokens: int | None, truncated: bool | None,
             retained: Iterable[tuple[int, int]] | None, shape: str | None, tool_name: str | None,
             tool_call_id: str | None) -> None:  # fmt: skip
-    raw_text = _as_text(raw)
-    view_text = _as_text(view) if view is not None else None
-    attrs: dict[str, Any] = {A.RAW_BYTES: _utf8_len(raw_text)}
+    raw_text = as_text(raw)
+    view_text = as_text(view) if view is not None else None
+    attrs: dict[str, Any] = {A.RAW_BYTES: utf8_len(raw_text)}
     if view_text is not None:
-        attrs[A.VIEW_BYTES] = _utf8_len(view_text)
+        attrs[A.VIEW_BYTES] = utf8_len(view_text)
     if budget_tokens is not None:
         attrs[A.BUDGET_TOKENS] = int(budget_tokens)
     if truncated is not None:

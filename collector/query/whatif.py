@@ -26,14 +26,13 @@ from opentelemetry import trace
 from collector.adapter import Policy, Scope, shape
 from collector.adapter.compaction import stub
 from collector.adapter.handles import Stored
+from collector.adapter.text import ERROR_LINE
 from collector.adapter.view import tokens
 from collector.errors import InputError
 from collector.store.payloads import load_payload
 
 MAX_CALLS_PER_TOOL = 2000
 """Calls replayed per tool at most (the newest); the figures say how many were."""
-
-_ERROR_LINE = re.compile(rb"(?i)\b(error|fatal|critical|panic|exception|traceback|failed)\b")
 
 
 @dataclass(frozen=True)
@@ -135,13 +134,14 @@ def _calls(
 
 
 def _outside(raw: bytes, retained: tuple[tuple[int, int], ...]) -> tuple[int, int]:
-    """(error lines, lines) of ``raw`` not wholly inside the retained byte ranges."""
+    """(error lines, lines) of ``raw`` not wholly inside the retained byte ranges; error lines
+    are those a diagnostic view keeps (:data:`collector.adapter.text.ERROR_LINE`)."""
     errors = lines = 0
     start = 0
     for end in [m.end() for m in re.finditer(rb"\n", raw)] + ([len(raw)] if not raw.endswith(b"\n") else []):
         if end > start and not any(a <= start and end <= b + 1 for a, b in retained):
             lines += 1
-            if _ERROR_LINE.search(raw, start, end):
+            if ERROR_LINE.search(raw[start:end].decode("utf-8", errors="replace")):
                 errors += 1
         start = end
     return errors, lines
