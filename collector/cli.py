@@ -16,6 +16,7 @@ from collector import config as config_module
 from collector.commands import (
     cmd_alerts,
     cmd_check,
+    cmd_cost,
     cmd_doctor,
     cmd_ingest,
     cmd_lake_maintain,
@@ -242,6 +243,17 @@ def _add_whatif(sub: Any, db_default: str) -> None:
     p.set_defaults(func=cmd_whatif)
 
 
+def _add_cost(sub: Any, db_default: str) -> None:
+    p = sub.add_parser("cost", help="window cost as billed: calibrated to each model's tokens, with the prompt "
+                       "cache, in money; and tool-result tokens per run")  # fmt: skip
+    _store_arguments(p, db_default)
+    p.add_argument("--days", type=float, default=None, help="only the calls of the last N days (default: all)")
+    p.add_argument("--prices", default=None, metavar="FILE",
+                   help="a JSON price table (default: TOOLMETER_PRICES, else the shipped one)")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_cost)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toolmeter", description="Measure what each tool call puts into an agent's context window."
@@ -260,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_watch,
         _add_check,
         _add_whatif,
+        _add_cost,
         _add_dashboards,
     ):
         add(sub, db_default)

@@ -313,3 +313,45 @@ def cmd_whatif(args: argparse.Namespace) -> int:
         verdict = f"budget {s['suggested_budget']:,}" if s["suggested_budget"] else "within already"
         print(f"   {s['tool'][:30]:<30} p99 {format_tokens(s['p99']):>8}  {verdict}")
     return 0
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from collector.query import prices
+    from collector.query.cost import window_costs
+    from collector.query.ranking import Filters
+    from collector.query.runs import run_distribution
+
+    table = prices.load(args.prices)
+    since = datetime.now(UTC).replace(tzinfo=None) - timedelta(days=args.days) if args.days is not None else None
+    filters = Filters(since=since)
+    with read_connection(args.db) as con:
+        costs = window_costs(con, table, filters)
+        runs = run_distribution(con, filters)
+    if args.json:
+        calibrations = [asdict(c) for c in costs["calibrations"]]
+        print(json.dumps({**costs, "calibrations": calibrations, "runs": runs}, indent=2, default=str))
+        return 0
+    print("calibration (provider tokens per toolmeter token, from the traces' reported usage):")
+    for c in costs["calibrations"]:
+        label = c.model + (f" [{c.shape}]" if c.shape else "")
+        verdict = f"{c.ratio:.3f} (95% {c.low:.3f}-{c.high:.3f})" if c.calibrated else f"uncalibrated: {c.reason}"
+        print(f"   {label[:40]:<40} {c.turns:>5} turns  {verdict}")
+    cur = table.currency
+    header = (f"{'tool':<24} {'calls':>6} {'window cost':>11} {'provider':>9} {'calibr.':>7} {'cached':>8} "
+              f"{'cache known':>11} {cur + ' no cache':>13} {cur + ' cached':>11} {'cleared':>7}")  # fmt: skip
+    print(f"\n{header}\n{'-' * len(header)}")
+    for r in costs["tools"]:
+        print(f"{r['tool'][:24]:<24} {r['calls']:>6,} {format_tokens(r['window_cost_tokens']):>11} "
+              f"{format_tokens(r['provider_tokens']):>9} {_pct(r['calibrated_share']):>7} "
+              f"{format_tokens(r['cached_tokens']):>8} {_pct(r['cache_known_share']):>11} "
+              f"{r['cost_without_cache']:>13.4f} {r['cost_with_cache']:>11.4f} {r['cleared_calls']:>7,}")  # fmt: skip
+    print(f"\nprices: taken {table.taken} ({table.source[:100]})")
+    if costs["unpriced_models"]:
+        print(f"no price for: {', '.join(costs['unpriced_models'])} (add them with --prices or TOOLMETER_PRICES)")
+    print("\ntool-result tokens per run:")
+    for s in runs:
+        print(f"   {s['service'][:30]:<30} {s['runs']:>6,} runs  p50 {format_tokens(s['result_tokens_p50']):>7}"
+              f"  p99 {format_tokens(s['result_tokens_p99']):>7}  max {format_tokens(s['result_tokens_max']):>7}")  # fmt: skip
+    return 0

@@ -31,6 +31,7 @@ variable                           meaning                                      
 ``TOOLMETER_RELAY_ENDPOINT``       set by the processor for its forwarding helper    (internal)
 ``TOOLMETER_RELAY_TOKEN``          the same helper's bearer token                    (internal)
 ``TOOLMETER_STRICT``               re-raise failures on the agent's thread (tests)   off
+``TOOLMETER_PRICES``               a JSON price table for money figures (``cost``)   the shipped one
 =================================  ================================================  ======================
 
 Sizes take units: ``67108864``, ``64MiB``, ``64MB`` (10**6), ``1.5GiB``. Ages take ``d``, ``h``,
@@ -89,6 +90,8 @@ RELAY_ENDPOINT_ENV: Final = "TOOLMETER_RELAY_ENDPOINT"
 """Where the forwarding helper sends (set by the processor in the helper's environment only)."""
 RELAY_TOKEN_ENV: Final = "TOOLMETER_RELAY_TOKEN"
 """The helper's bearer token: in its environment, not on its command line that ``ps`` shows."""
+PRICES_ENV: Final = "TOOLMETER_PRICES"
+"""A JSON file of model prices (:mod:`collector.query.prices`) replacing the shipped table."""
 RETAIN_ENV: Final = "TOOLMETER_RETAIN"
 RETAIN_PAYLOADS_ENV: Final = "TOOLMETER_RETAIN_PAYLOADS"
 MAX_STORE_BYTES_ENV: Final = "TOOLMETER_MAX_STORE_BYTES"

@@ -98,8 +98,20 @@ class LlmCall:
     service_name: str | None = None
     model: str | None = None
     input_tokens: int | None = None
+    """Every input token, cached ones included."""
     output_tokens: int | None = None
     source: str = "process"
+    cache_read_tokens: int | None = None
+    """Input tokens served from the provider's prompt cache (part of ``input_tokens``)."""
+    cache_write_tokens: int | None = None
+    """Input tokens written to the provider's prompt cache (part of ``input_tokens``)."""
+    cleared_tool_uses: int | None = None
+    """How many of the oldest tool results this call's input left out (context editing)."""
+    cleared_input_tokens: int | None = None
+    compacted: bool = False
+    """The conversation before this call was replaced by a summary (said by the span)."""
+    compaction_parts: int | None = None
+    """Compaction parts in this call's input messages (None: its input was not recorded)."""
 
 
 @dataclass(frozen=True)

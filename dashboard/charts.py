@@ -114,8 +114,9 @@ def envelope_over_time(daily: pd.DataFrame, change_days: list[object], budget: f
     return fig
 
 
-def context_occupancy(occ: pd.DataFrame) -> go.Figure:
-    """Stacked bars: for each LLM call, the window's tokens by source."""
+def context_occupancy(occ: pd.DataFrame, events: pd.DataFrame | None = None) -> go.Figure:
+    """Stacked bars: for each LLM call, the window's tokens by source; a dashed line before each
+    call whose input left results out (context editing, compaction)."""
     fig = go.Figure()
     if occ.empty:
         fig.update_layout(title="No LLM calls recorded in this trace")
@@ -127,6 +128,10 @@ def context_occupancy(occ: pd.DataFrame) -> go.Figure:
         part = occ[occ["source"] == source]
         kwargs = {"marker_color": "#c7c7c7"} if source == REMAINDER else {}
         fig.add_bar(x=part["step"], y=part["tokens"], name=source, **kwargs)
+    for e in events.to_dict("records") if events is not None else []:
+        what = "compacted" if e["kind"] == "compaction" else f"cleared {e['cleared_tool_uses']} tool result(s)"
+        fig.add_vline(x=e["step"] - 0.5, line_dash="dash", line_color="#d62728",
+                      annotation_text=what, annotation_position="top left")  # fmt: skip
     fig.update_layout(barmode="stack", height=360, margin={"l": 10, "r": 10, "t": 30, "b": 40},
                       xaxis_title="LLM call (in order)", yaxis_title="tokens in the window",
                       legend={"orientation": "h", "y": 1.15})  # fmt: skip
@@ -163,4 +168,15 @@ def whatif_bars(table: pd.DataFrame) -> go.Figure:
     fig.update_layout(barmode="group", height=120 + 60 * len(table), margin={"l": 10, "r": 40, "t": 30, "b": 40},
                       xaxis_title="window cost (tokens re-read by later LLM calls)",
                       yaxis={"autorange": "reversed"}, legend={"orientation": "h", "y": 1.1})  # fmt: skip
+    return fig
+
+
+def run_sizes(runs: pd.DataFrame) -> go.Figure:
+    """Tool-result tokens per run, one box per service (log y: a few runs dwarf the rest)."""
+    fig = go.Figure()
+    for service in sorted(runs["service"].unique()) if not runs.empty else []:
+        part = runs[runs["service"] == service]
+        fig.add_box(y=part["result_tokens"].clip(lower=1), name=service, boxpoints="outliers")
+    fig.update_yaxes(type="log", title="tool-result tokens per run (log)")
+    fig.update_layout(height=360, margin={"l": 10, "r": 10, "t": 30, "b": 40}, showlegend=False)
     return fig

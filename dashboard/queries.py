@@ -294,7 +294,8 @@ REMAINDER = "rest of the input (reported input − tool results)"
 def context_occupancy(con: duckdb.DuckDBPyConnection, trace_id: str) -> pd.DataFrame:
     """For each LLM call of a trace: tokens in the window by source.
 
-    Each tool's results count from the first LLM call after they ended; :data:`REMAINDER`
+    Each tool's results count from the first LLM call after they ended until the call whose
+    input left them out (context editing, compaction: ``cleared_at_ns``); :data:`REMAINDER`
     is the call's reported input tokens minus those results (when the call reported them).
     Columns: step, llm_span_id, source, tokens.
     """
@@ -303,10 +304,12 @@ def context_occupancy(con: duckdb.DuckDBPyConnection, trace_id: str) -> pd.DataF
             SELECT span_id, start_ns, input_tokens, row_number() OVER (ORDER BY start_ns) AS step
             FROM llm_calls WHERE trace_id = ?
         ),
-        t AS (SELECT tool_name, end_ns, coalesce(view_tokens, 0) AS tokens FROM tool_calls WHERE trace_id = ?),
+        t AS (SELECT tool_name, end_ns, cleared_at_ns, coalesce(view_tokens, 0) AS tokens
+              FROM tool_calls WHERE trace_id = ?),
         per_tool AS (
             SELECT l.step, l.span_id, t.tool_name AS source, sum(t.tokens) AS tokens
-            FROM l JOIN t ON t.end_ns <= l.start_ns GROUP BY ALL
+            FROM l JOIN t ON t.end_ns <= l.start_ns AND (t.cleared_at_ns IS NULL OR l.start_ns < t.cleared_at_ns)
+            GROUP BY ALL
         ),
         rest AS (
             SELECT l.step, l.span_id, ? AS source,
@@ -319,6 +322,27 @@ def context_occupancy(con: duckdb.DuckDBPyConnection, trace_id: str) -> pd.DataF
         ORDER BY step, source
     """
     return _df(con, sql, [trace_id, trace_id, REMAINDER])
+
+
+def context_events(con: duckdb.DuckDBPyConnection, trace_id: str) -> pd.DataFrame:
+    """The LLM calls of a trace whose input left tool results out: step (as in
+    :func:`context_occupancy`), kind (``context edit`` or ``compaction``), the tool uses and
+    input tokens cleared (where reported), and the results that left the window there."""
+    sql = """
+        WITH l AS (
+            SELECT span_id, start_ns, cleared_tool_uses, cleared_input_tokens,
+                   coalesce(compacted, false) OR coalesce(compaction_parts, 0) >
+                       coalesce(lag(compaction_parts) OVER (ORDER BY start_ns), 0) AS compacts,
+                   row_number() OVER (ORDER BY start_ns) AS step
+            FROM llm_calls WHERE trace_id = ?
+        )
+        SELECT l.step, CASE WHEN l.compacts THEN 'compaction' ELSE 'context edit' END AS kind,
+               l.cleared_tool_uses, l.cleared_input_tokens,
+               (SELECT count(*) FROM tool_calls t WHERE t.trace_id = ? AND t.cleared_at_ns = l.start_ns) AS results_left
+        FROM l WHERE l.compacts OR l.cleared_tool_uses > 0
+        ORDER BY l.step
+    """
+    return _df(con, sql, [trace_id, trace_id])
 
 
 # --- alerts --------------------------------------------------------------------------------

@@ -106,6 +106,7 @@ pages = [
     st.Page("app_pages/alerts.py", title="Alerts", icon=":material/notifications:", url_path="alerts"),
     st.Page("app_pages/coverage.py", title="Coverage", icon=":material/fact_check:", url_path="coverage"),
     st.Page("app_pages/whatif.py", title="What-if budgets", icon=":material/tune:", url_path="whatif"),
+    st.Page("app_pages/cost.py", title="Tokens as billed", icon=":material/payments:", url_path="cost"),
 ]
 nav = st.navigation(pages)
 if filters is None:

@@ -124,6 +124,19 @@ GEN_AI_USAGE_PROMPT_TOKENS: Final = "gen_ai.usage.prompt_tokens"
 """Deprecated GenAI spelling of the input tokens (older OpenLLMetry and Vercel AI SDK 3)."""
 GEN_AI_USAGE_COMPLETION_TOKENS: Final = "gen_ai.usage.completion_tokens"
 """Deprecated GenAI spelling of the output tokens."""
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: Final = "gen_ai.usage.cache_read.input_tokens"
+"""Input tokens served from the provider's prompt cache; part of ``gen_ai.usage.input_tokens``."""
+GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: Final = "gen_ai.usage.cache_creation.input_tokens"
+"""Input tokens written to the provider's prompt cache this turn; part of the input tokens."""
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS_LEGACY: Final = "gen_ai.usage.cache_read_input_tokens"
+"""OpenLLMetry's (and Strands') spelling of the cache reads."""
+GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS_LEGACY: Final = "gen_ai.usage.cache_creation_input_tokens"
+GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS_LEGACY: Final = "gen_ai.usage.cache_write_input_tokens"
+GEN_AI_USAGE_DETAILS_CACHE_READ_TOKENS: Final = "gen_ai.usage.details.cache_read_tokens"
+"""Pydantic AI's provider usage details."""
+GEN_AI_USAGE_DETAILS_CACHE_WRITE_TOKENS: Final = "gen_ai.usage.details.cache_write_tokens"
+GEN_AI_CONVERSATION_COMPACTED: Final = "gen_ai.conversation.compacted"
+"""``true`` on a model call whose conversation was compacted (summarised) before it."""
 GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
 EXECUTE_TOOL: Final = "execute_tool"
 INVOKE_AGENT: Final = "invoke_agent"
@@ -145,6 +158,9 @@ OI_OUTPUT_MIME_TYPE: Final = "output.mime_type"
 OI_LLM_MODEL_NAME: Final = "llm.model_name"
 OI_LLM_TOKEN_COUNT_PROMPT: Final = "llm.token_count.prompt"
 OI_LLM_TOKEN_COUNT_COMPLETION: Final = "llm.token_count.completion"
+OI_LLM_TOKEN_COUNT_CACHE_READ: Final = "llm.token_count.prompt_details.cache_read"
+"""Part of ``llm.token_count.prompt``, like the write below."""
+OI_LLM_TOKEN_COUNT_CACHE_WRITE: Final = "llm.token_count.prompt_details.cache_write"
 
 # --- Traceloop / OpenLLMetry -------------------------------------------------------
 
@@ -215,6 +231,11 @@ AI_USAGE_OUTPUT_TOKENS: Final = "ai.usage.outputTokens"
 AI_USAGE_PROMPT_TOKENS: Final = "ai.usage.promptTokens"
 """AI SDK 3-4."""
 AI_USAGE_COMPLETION_TOKENS: Final = "ai.usage.completionTokens"
+AI_USAGE_CACHED_INPUT_TOKENS: Final = "ai.usage.cachedInputTokens"
+"""AI SDK 5's cache reads."""
+AI_USAGE_CACHE_READ_TOKENS: Final = "ai.usage.inputTokenDetails.cacheReadTokens"
+"""AI SDK 6's cache reads and writes (``inputTokens`` is their total with the uncached ones)."""
+AI_USAGE_CACHE_WRITE_TOKENS: Final = "ai.usage.inputTokenDetails.cacheWriteTokens"
 AI_LLM_OPERATIONS: Final = frozenset(
     {
         "ai.generateText.doGenerate",
@@ -289,6 +310,16 @@ ADK_LLM_REQUEST: Final = "gcp.vertex.agent.llm_request"
 CC_TOOL_SPAN: Final = "claude_code.tool"
 CC_RESULT_TOKENS: Final = "result_tokens"
 """Claude Code's own estimate of the result's tokens: stored as reported, marked approximate."""
+
+# --- Context editing and compaction ------------------------------------------------
+TOOLMETER_CLEARED_TOOL_USES: Final = "toolmeter.context.cleared_tool_uses"
+"""On a model call: how many of the oldest tool results were left out of its input (set by an
+agent that clears them itself; Anthropic's context editing reports it in the response)."""
+TOOLMETER_CLEARED_INPUT_TOKENS: Final = "toolmeter.context.cleared_input_tokens"
+TOOLMETER_COMPACTED: Final = "toolmeter.context.compacted"
+"""On a model call: the conversation before it was replaced by a summary."""
+CONTEXT_MANAGEMENT: Final = "context_management"
+"""The key of Anthropic's context-editing report in a response body (``applied_edits``)."""
 
 # --- Resource ----------------------------------------------------------------------
 

@@ -262,6 +262,8 @@ def llm_call_from_log_with_issues(log: LogData) -> tuple[LlmCall | None, list[Is
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         source=log.source,
+        cache_read_tokens=parts[1],
+        cache_write_tokens=parts[2],
     )
     return call, issues
 

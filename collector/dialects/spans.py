@@ -37,7 +37,7 @@ from collector.dialects.conventions import (
     name_from_span_name,
 )
 from collector.dialects.reader import MAX_COUNT, SpanReader
-from collector.dialects.usage import read_usage
+from collector.dialects.usage import read_context_edit, read_usage
 from collector.dialects.wrappers import unwrap
 from collector.measure.retention import parse_ranges
 from collector.measure.text import without_surrogates
@@ -335,7 +335,8 @@ def extract_llm_call(span: SpanData) -> tuple[LlmCall, list[Issue]]:
     attrs = span.attributes
     r = SpanReader(span)
     model_key, model = first_present(attrs, MODEL_KEYS)
-    input_tokens, output_tokens = read_usage(r)
+    usage = read_usage(r)
+    edit = read_context_edit(r)
     call = LlmCall(
         trace_id=span.trace_id,
         span_id=span.span_id,
@@ -345,9 +346,15 @@ def extract_llm_call(span: SpanData) -> tuple[LlmCall, list[Issue]]:
         dialect=dialect_of(span.name, attrs),
         service_name=_str_or_none(span.resource.get(A.SERVICE_NAME)),
         model=_str_or_none(_decoded(model_key, model)),
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
         source=span.source,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        cleared_tool_uses=edit.cleared_tool_uses,
+        cleared_input_tokens=edit.cleared_input_tokens,
+        compacted=edit.compacted,
+        compaction_parts=edit.compaction_parts,
     )
     return call, r.issues
 

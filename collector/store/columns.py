@@ -86,6 +86,12 @@ LLM_CALLS: Final = pa.schema(
         ("model", pa.string()),
         ("input_tokens", pa.int64()),
         ("output_tokens", pa.int64()),
+        ("cache_read_tokens", pa.int64()),
+        ("cache_write_tokens", pa.int64()),
+        ("cleared_tool_uses", pa.int64()),
+        ("cleared_input_tokens", pa.int64()),
+        ("compacted", pa.bool_()),
+        ("compaction_parts", pa.int64()),
     ]
 )
 """A row of ``llm_calls``: the fields of :class:`collector.model.LlmCall`."""
@@ -147,7 +153,15 @@ TABLES: Final = {
 """The tables batches insert into, with the schema of their rows."""
 
 DERIVED_COLUMNS: Final = {
-    "tool_calls": ("start_time", "later_llm_calls"),
+    "tool_calls": (
+        "start_time",
+        "later_llm_calls",
+        "cached_reads",
+        "cache_written",
+        "cleared_at_ns",
+        "cleared_by",
+        "read_by_model",
+    ),
     "llm_calls": ("start_time",),
     "ingest_issues": ("logged_at",),
 }

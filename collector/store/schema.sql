@@ -60,6 +60,12 @@ CREATE TABLE IF NOT EXISTS tool_calls (
     PRIMARY KEY (trace_id, span_id)
 );
 ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS retained_coverage DOUBLE;
+-- kept up to date at every write with later_llm_calls (collector/store/windowcost.py):
+ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS cached_reads BIGINT;      -- of the later reads, served from the prompt cache (NULL: no cache figures)
+ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS cache_written BOOLEAN;    -- the first call that read it wrote the prompt cache
+ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS cleared_at_ns BIGINT;     -- start of the first later call whose input left it out
+ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS cleared_by VARCHAR;       -- context_edit | compaction
+ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS read_by_model VARCHAR;    -- the model of the first call that read it
 ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS raw_wrapper VARCHAR;
 ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS wrapper_bytes BIGINT;
 ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS wrapper_tokens BIGINT;
@@ -83,10 +89,16 @@ CREATE TABLE IF NOT EXISTS llm_calls (
     end_ns          BIGINT,
     start_time      TIMESTAMP,
     model           VARCHAR,
-    input_tokens    BIGINT,
+    input_tokens    BIGINT,             -- every input token, cached ones included
     output_tokens   BIGINT,
     PRIMARY KEY (trace_id, span_id)
 );
+ALTER TABLE llm_calls ADD COLUMN IF NOT EXISTS cache_read_tokens BIGINT;     -- served from the prompt cache
+ALTER TABLE llm_calls ADD COLUMN IF NOT EXISTS cache_write_tokens BIGINT;    -- written to the prompt cache
+ALTER TABLE llm_calls ADD COLUMN IF NOT EXISTS cleared_tool_uses BIGINT;     -- oldest tool results left out of its input
+ALTER TABLE llm_calls ADD COLUMN IF NOT EXISTS cleared_input_tokens BIGINT;
+ALTER TABLE llm_calls ADD COLUMN IF NOT EXISTS compacted BOOLEAN;            -- the span says: compacted before this call
+ALTER TABLE llm_calls ADD COLUMN IF NOT EXISTS compaction_parts BIGINT;      -- compaction parts in its input messages
 
 -- Payloads for replay. Small ones (16 KiB or less) are kept inline; larger ones live in files
 -- beside the store (<store>.payloads/, see collector/payload_store.py) and this table says

@@ -36,8 +36,9 @@ def _traces(path: str, f: Filters, order: str, prefix: str, tool: str | None) ->
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
-def _trace(path: str, trace_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    return run_query(path, lambda con: (queries.trace_steps(con, trace_id), queries.context_occupancy(con, trace_id)))
+def _trace(path: str, trace_id: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    return run_query(path, lambda con: (queries.trace_steps(con, trace_id), queries.context_occupancy(con, trace_id),
+                                        queries.context_events(con, trace_id)))  # fmt: skip
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
@@ -78,10 +79,19 @@ def _label(i: int) -> str:
 
 pick = st.selectbox("trace", range(len(found)), format_func=_label, key=f"trace_pick_{order}_{prefix}_{tool_filter}")
 trace_id = str(found.iloc[pick]["trace_id"])
-steps, occupancy = _trace(DB, trace_id)
+steps, occupancy, events = _trace(DB, trace_id)
 
 st.subheader("Context window, call by call")
-st.plotly_chart(charts.context_occupancy(occupancy), width="stretch", key="replay_occupancy")
+st.plotly_chart(charts.context_occupancy(occupancy, events), width="stretch", key="replay_occupancy")
+for e in events.to_dict("records"):
+    if e["kind"] == "compaction":
+        what = "the conversation before it was compacted"
+    else:
+        tokens = e["cleared_input_tokens"]
+        what = f"context editing cleared {e['cleared_tool_uses']} tool result(s)" + (
+            f" ({int(tokens):,} input tokens)" if tokens == tokens and tokens is not None else "")  # fmt: skip
+    st.caption(f"LLM call {e['step']}: {what}; {e['results_left']} result(s) leave the window there and cost "
+               "nothing after it.")  # fmt: skip
 
 st.subheader("Steps")
 tool_steps = steps[steps["kind"] == "tool"].reset_index(drop=True)

@@ -280,6 +280,15 @@ def test_whatif_in_a_browser(page, dashboard_url: str) -> None:  # type: ignore[
     _shot(page, "whatif")
 
 
+def test_tokens_as_billed_in_a_browser(page, dashboard_url: str) -> None:  # type: ignore[no-untyped-def]
+    page.goto(f"{dashboard_url}/cost")
+    _settle(page, "Tokens as billed", charts=1)
+    body = page.inner_text("body")
+    assert "Calibration" in body and "Window cost per tool" in body and "Tool-result tokens per run" in body
+    assert "in the models' tokens" in body and "Prices taken" in body
+    _shot(page, "cost")
+
+
 def _grid_column(pg, name: str, n: int = 0) -> list[str]:  # type: ignore[no-untyped-def]
     """The cells of one column of the n-th dataframe, read from the grid's accessible table
     (its cells are painted on a canvas); a sorted header carries an arrow, which is dropped."""

@@ -147,6 +147,8 @@ class Run:
     model_requests: list[dict[str, Any]]
     receiver: RunningReceiver
     stdout: str
+    usages: list[dict[str, Any]] = field(default_factory=list)
+    """The usage the fake model reported for each chat completion, in order."""
 
 
 @pytest.fixture
@@ -203,7 +205,9 @@ def run_agent(tmp_path: Path, fake_openai: FakeOpenAI) -> Iterator[Any]:
         if os.environ.get("CAPTURE_FRAMEWORK_TRACES"):
             recorder.save(name)
         data = json.loads(results.read_text())
-        return Run(name, db, data.pop("returned"), data, model.chat_requests(), receiver, out.stdout)
+        return Run(
+            name, db, data.pop("returned"), data, model.chat_requests(), receiver, out.stdout, list(model.usages)
+        )
 
     yield run
     for receiver, recorder in started:

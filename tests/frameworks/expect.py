@@ -37,6 +37,31 @@ def llm_count(db: str) -> int:
     return int(row[0]) if row else 0
 
 
+def llm_usage(db: str) -> list[tuple[int | None, int | None, int | None]]:
+    """(input tokens, output tokens, cache reads) of every model call, in time order."""
+    with read_connection(db) as con:
+        rows = con.execute("SELECT input_tokens, output_tokens, cache_read_tokens FROM llm_calls ORDER BY start_ns")
+        return [(r[0], r[1], r[2]) for r in rows.fetchall()]
+
+
+def reported_usage(run: Any) -> list[tuple[int, int, int]]:
+    """(prompt, completion, cached) tokens the fake model reported, in order."""
+    return [
+        (u["prompt_tokens"], u["completion_tokens"], u["prompt_tokens_details"]["cached_tokens"]) for u in run.usages
+    ]
+
+
+def check_cache_reads(run: Any, emitted: bool = True) -> None:
+    """Every model call's cache reads as the fake model reported them (``prompt_tokens_details.
+    cached_tokens``), where the instrumentation passes them on; None where it does not."""
+    stored = [u[2] for u in llm_usage(run.db)]
+    if emitted:
+        assert stored == [u[2] for u in reported_usage(run)]
+        assert [u[0] for u in llm_usage(run.db)] == [u[0] for u in reported_usage(run)]  # cached reads included
+    else:
+        assert stored == [None] * len(stored)
+
+
 def shown_to_model(requests: list[dict[str, Any]]) -> dict[str, str]:
     """Tool call id -> the content of its tool message, as the model first received it."""
     shown: dict[str, str] = {}

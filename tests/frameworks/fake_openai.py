@@ -61,6 +61,8 @@ class FakeOpenAI:
         self.parallel = parallel
         self.model = model
         self.requests: list[dict[str, Any]] = []
+        self.usages: list[dict[str, Any]] = []
+        """The usage reported for each chat completion, in order."""
         self._lock = threading.Lock()
         self._n = 0
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -99,10 +101,15 @@ class FakeOpenAI:
                               "function": {"name": name, "arguments": args}})  # fmt: skip
         return {"role": "assistant", "content": None, "tool_calls": calls}
 
-    def _usage(self, body: dict[str, Any], message: dict[str, Any]) -> dict[str, int]:
-        prompt = len(json.dumps(body.get("messages") or [])) // 4
+    def _usage(self, body: dict[str, Any], message: dict[str, Any]) -> dict[str, Any]:
+        messages = body.get("messages") or []
+        prompt = len(json.dumps(messages)) // 4
         completion = len(json.dumps(message)) // 4
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        # a request that answers tool calls repeats the conversation before them: half its prompt
+        # is reported as read from the prompt cache, as OpenAI reports it (part of prompt_tokens)
+        cached = prompt // 2 if any(m.get("role") == "tool" for m in messages) else 0
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+                "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
@@ -142,6 +149,8 @@ class FakeOpenAI:
                     return
                 message = fake.reply(body)
                 usage = fake._usage(body, message)
+                with fake._lock:
+                    fake.usages.append(usage)
                 created = int(time.time())
                 cid = f"chatcmpl-{len(fake.requests)}"
                 model = body.get("model") or fake.model

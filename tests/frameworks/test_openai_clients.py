@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from collector.store.database import read_connection
-from tests.frameworks.expect import check_run, llm_count
+from tests.frameworks.expect import check_cache_reads, check_run, llm_count
 
 pytestmark = pytest.mark.frameworks
 
@@ -40,6 +40,8 @@ def test_openai_agents_sdk(run_framework, counter) -> None:  # type: ignore[no-u
     # the model was called twice: three parallel tool calls, then the answer
     assert len(run.model_requests) == 2
     assert llm_count(run.db) == len(run.model_requests)
+    # the SDK's chat-completions usage reaches its span without cached_tokens
+    check_cache_reads(run, emitted=False)
     assert [r["dialect"] for r in llm_rows(run.db)] == ["openinference"] * 2
     # the TOOL spans carry no call id: each is joined to the next model call's tool message for its tool,
     # in order, confirmed by its content
@@ -75,6 +77,8 @@ def test_openai_loop(run_framework, counter, name: str) -> None:  # type: ignore
     assert len(run.model_requests) == 2
     # every model call is counted, in each mode (one CLIENT/LLM span per chat.completions.create)
     assert llm_count(run.db) == len(run.model_requests)
+    # openai-v2 2.4b0 reads cached_tokens on the Responses API only; OpenInference on both
+    check_cache_reads(run, emitted=name == "openai_loop_openinference")
     assert all(r["input_tokens"] and r["output_tokens"] for r in llm_rows(run.db))
     # the app runs its tools itself: no tool span at all. Each call is recorded from the assistant's
     # tool_calls and the tool message that followed (in log records only, for openai_loop_v2)

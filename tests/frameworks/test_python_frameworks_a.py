@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.frameworks.expect import check_run, llm_count
+from tests.frameworks.expect import check_cache_reads, check_run, llm_count, llm_usage
 
 pytestmark = pytest.mark.frameworks
 
@@ -20,6 +20,8 @@ def test_pydantic_ai(run_framework, counter):  # type: ignore[no-untyped-def]
     rows = check_run(run, counter, raw=True, view=True)
     assert all(r["tool_call_id"] for r in rows)
     assert llm_count(run.db) == len(run.model_requests) == 2
+    # gen_ai.usage.details.cache_read_tokens, present on the call that read from the cache only
+    assert [u[2] for u in llm_usage(run.db)] == [None, run.usages[1]["prompt_tokens_details"]["cached_tokens"]]
 
 
 def test_langgraph_openinference(run_framework, counter):  # type: ignore[no-untyped-def]
@@ -29,6 +31,7 @@ def test_langgraph_openinference(run_framework, counter):  # type: ignore[no-unt
     assert all(r["tool_call_id"] for r in rows)
     # the LangGraph 'model' CHAIN spans repeat llm.input_messages.* but are not counted as model calls
     assert llm_count(run.db) == len(run.model_requests) == 2
+    check_cache_reads(run)  # llm.token_count.prompt_details.cache_read
 
 
 def test_langgraph_traceloop(run_framework, counter):  # type: ignore[no-untyped-def]
@@ -39,6 +42,7 @@ def test_langgraph_traceloop(run_framework, counter):  # type: ignore[no-untyped
     rows = check_run(run, counter, raw=True, view=True)
     assert {r["view_source"] for r in rows} == {"message"}
     assert llm_count(run.db) == len(run.model_requests) == 2
+    check_cache_reads(run)  # gen_ai.usage.cache_read_input_tokens
 
 
 def test_langgraph_traceloop_events(run_framework, counter):  # type: ignore[no-untyped-def]
@@ -52,3 +56,4 @@ def test_langgraph_traceloop_events(run_framework, counter):  # type: ignore[no-
     assert {r["view_join"] for r in rows} == {"order"}
     assert all(any("joined by the conversation" in w for w in r["warnings"]) for r in rows)
     assert llm_count(run.db) == len(run.model_requests) == 2
+    check_cache_reads(run)

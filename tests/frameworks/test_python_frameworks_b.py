@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.frameworks.expect import check_run, llm_count, tool_rows
+from tests.frameworks.expect import check_cache_reads, check_run, llm_count, tool_rows
 
 pytestmark = pytest.mark.frameworks
 
@@ -43,6 +43,7 @@ def test_strands(run_framework, counter, name: str) -> None:  # type: ignore[no-
     rows = check_run(run, counter, raw=True, view=True)
     assert {r["view_join"] for r in rows} == {"call_id"}
     assert llm_count(run.db) == len(run.model_requests)
+    check_cache_reads(run)
 
 
 # --- Google ADK: built-in tracing (schema v2 GenAI semconv, and schema v1) --------------------------
@@ -67,6 +68,7 @@ def test_adk(run_framework, counter, name: str) -> None:  # type: ignore[no-unty
     assert {r["truncated"] for r in rows} == {False}
     # one model call each, though schema v1 wraps generate_content in call_llm
     assert llm_count(run.db) == len(run.model_requests)
+    check_cache_reads(run)
 
 
 # --- LlamaIndex: FunctionAgent + openinference-instrumentation-llama-index ------------------------
@@ -82,3 +84,4 @@ def test_llamaindex(run_framework, counter) -> None:  # type: ignore[no-untyped-
     assert {r["view_join"] for r in rows} == {"order_content"}
     # OpenAI._prepare_chat_with_tools spans (kind LLM, no request) are not model calls
     assert llm_count(run.db) == len(run.model_requests)
+    check_cache_reads(run, emitted=False)  # this instrumentation reports no usage at all
