@@ -358,7 +358,7 @@ def alerts(
     if not exists or not exists[0]:
         return None
     cur = con.execute(
-        "SELECT * FROM alerts WHERE state IN (SELECT unnest(?::VARCHAR[])) ORDER BY change_at DESC, tool_name",
+        "SELECT * FROM alerts WHERE state IN (SELECT unnest(?::VARCHAR[])) ORDER BY change_at DESC, tool_name, kind = 'run_growth', kind",
         [list(states)],
     )
     rows = rows_as_dicts(cur)

@@ -86,10 +86,21 @@ class Alert:
     after: Envelope
     schema: dict[str, Any] = field(default_factory=dict)
     examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    service: str | None = None
+    """The service whose runs grew (``run_growth``; :mod:`collector.alerts.runs`)."""
+    tools_grew: list[dict[str, Any]] = field(default_factory=list)
+    """Its tools whose tokens per run grew, most first."""
 
     @property
     def summary(self) -> str:
         f = self.findings[0]
+        if self.kind == "run_growth":
+            ratio = f" ({f.ratio:.1f}x)" if f.ratio else ""
+            grew = ", ".join(f"{g['tool']} +{g['growth_per_run']:,.0f}" for g in self.tools_grew[:3])
+            which = "p99" if f.metric.endswith("p99") else "median"
+            return (f"toolmeter: runs of {self.service} grew: tool-result tokens per run, {which} {f.before:,.0f} -> "
+                    f"{f.after:,.0f}{ratio} from {self.change_at:%Y-%m-%d}"
+                    + (f"; tools that grew (tokens per run): {grew}" if grew else ""))  # fmt: skip
         what = (
             f"{f.metric} {f.before:,.0f} -> {f.after:,.0f}"
             + (f" ({f.ratio:.1f}x)" if f.ratio and "rate" not in f.metric else "")
@@ -293,23 +304,26 @@ def _row(alert: Alert) -> list[Any]:
         "after": asdict(alert.after),
         "schema": alert.schema,
         "examples": alert.examples,
+        "tools_grew": alert.tools_grew,
     }
     return [alert.alert_id, alert.tool_name, alert.kind, alert.change_at, first.metric, first.before, first.after,
-            first.ratio, alert.summary, json.dumps(evidence, default=str)]  # fmt: skip
+            first.ratio, alert.summary, json.dumps(evidence, default=str), alert.service]  # fmt: skip
 
 
 _ALERT_SCHEMA = pa.schema([
     ("alert_id", pa.string()), ("tool_name", pa.string()), ("kind", pa.string()), ("change_at", pa.timestamp("us")),
     ("metric", pa.string()), ("before_value", pa.float64()), ("after_value", pa.float64()), ("ratio", pa.float64()),
-    ("summary", pa.string()), ("evidence", pa.string()),
+    ("summary", pa.string()), ("evidence", pa.string()), ("service_name", pa.string()),
 ])  # fmt: skip
 _ALERT_COLUMNS = tuple(_ALERT_SCHEMA.names)
 
 
 def evaluate(db_path: str, rules: Rules) -> list[Alert]:
     """Detect alerts and store the new ones; returns the ones that were new."""
+    from collector.alerts.runs import detect_run_growth  # it builds on this module's parts
+
     with read_connection(db_path) as con:
-        found = detect(con, rules)
+        found = detect(con, rules) + detect_run_growth(con, rules)
     if not found:
         return []
     con = connect(db_path, read_only=False, wait_s=30)
@@ -339,7 +353,8 @@ def list_alerts(db_path: str, since: datetime | None = None) -> list[dict[str, A
     """Stored alerts, newest change first."""
     with read_connection(db_path) as con:
         cur = con.execute(
-            "SELECT * FROM alerts WHERE ? IS NULL OR change_at >= ? ORDER BY change_at DESC, tool_name",
+            "SELECT * FROM alerts WHERE ? IS NULL OR change_at >= ? "
+            "ORDER BY change_at DESC, tool_name, kind = 'run_growth', kind",
             [since, since],
         )
         rows = rows_as_dicts(cur)

@@ -13,6 +13,10 @@
 
 Optional thresholds (off unless set): ``p99_raw_ratio``, ``truncated_points``,
 ``window_cost_ratio`` (window cost per call). Errors name the file, line and key.
+
+Run size (:mod:`collector.alerts.runs`): ``p99_run_ratio`` and ``p50_run_ratio`` (default 1.5
+each) on the tool-result tokens per run of each service, ``min_calls`` counting runs;
+``[services.NAME]`` sets them for one service.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ class Rule:
     p99_raw_ratio: float | None = None
     truncated_points: float | None = None
     window_cost_ratio: float | None = None
+    p99_run_ratio: float | None = 1.5
+    p50_run_ratio: float | None = 1.5
     min_calls: int = 20
     window_days: int = 7
 
@@ -50,9 +56,13 @@ class Rules:
 
     defaults: Rule = field(default_factory=Rule)
     tools: dict[str, Rule] = field(default_factory=dict)
+    services: dict[str, Rule] = field(default_factory=dict)
 
     def for_tool(self, tool: str) -> Rule:
         return self.tools.get(tool, self.defaults)
+
+    def for_service(self, service: str) -> Rule:
+        return self.services.get(service, self.defaults)
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Rule)}
@@ -105,18 +115,20 @@ def parse_rules(text: str, source: str = "<rules>") -> Rules:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise RulesError(f"{source}: not valid TOML ({e})") from e
-    unknown = set(doc) - {"defaults", "tools"}
+    unknown = set(doc) - {"defaults", "tools", "services"}
     if unknown:
         key = sorted(unknown)[0]
         line = _line_of(text, None, key) or _line_of(text, key, "") or None
         raise RulesError(
-            f"{source}{':' + str(line) if line else ''}: unknown section or key {key!r}; use [defaults] and [tools.NAME]"
+            f"{source}{':' + str(line) if line else ''}: unknown section or key {key!r}; use [defaults], [tools.NAME] and [services.NAME]"
         )
     defaults = _rule(doc.get("defaults", {}), Rule(), "defaults", source, text)
     tools = {}
     for name, values in (doc.get("tools") or {}).items():
         tools[name] = _rule(values, defaults, f"tools.{name}", source, text)
-    return Rules(defaults=defaults, tools=tools)
+    services = {name: _rule(values, defaults, f"services.{name}", source, text)
+                for name, values in (doc.get("services") or {}).items()}  # fmt: skip
+    return Rules(defaults=defaults, tools=tools, services=services)
 
 
 def load_rules(path: str | Path | None) -> Rules:

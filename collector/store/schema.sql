@@ -198,7 +198,7 @@ CREATE TABLE IF NOT EXISTS committed_batches (
 CREATE TABLE IF NOT EXISTS alerts (
     alert_id        VARCHAR PRIMARY KEY,   -- stable: the same finding is one alert, however often evaluated
     tool_name       VARCHAR NOT NULL,
-    kind            VARCHAR NOT NULL,      -- schema_change | growth (no schema change)
+    kind            VARCHAR NOT NULL,      -- schema_change | growth (no schema change) | run_growth
     state           VARCHAR NOT NULL,      -- open | acknowledged | resolved
     detected_at     TIMESTAMP,             -- when toolmeter found it
     change_at       TIMESTAMP,             -- when the envelope (or the schema) changed
@@ -212,6 +212,7 @@ CREATE TABLE IF NOT EXISTS alerts (
     delivery_attempts INTEGER DEFAULT 0,
     delivery_error  VARCHAR                -- last delivery failure, shown until delivered
 );
+ALTER TABLE alerts ADD COLUMN IF NOT EXISTS service_name VARCHAR;  -- run_growth: the service whose runs grew
 
 -- One row per retention run (collector/store/retention.py): what it removed, so a missing
 -- payload can be told apart from one that was never stored.

@@ -1,4 +1,4 @@
-"""Alerts: a tool's envelope grew, after a schema change or without one."""
+"""Alerts: a tool's envelope grew, after a schema change or without one; a service's runs grew."""
 
 from __future__ import annotations
 
@@ -20,6 +20,10 @@ METRIC_ROWS = [("view_tokens_p50", "view tokens p50"), ("view_tokens_p95", "view
                ("view_tokens_p99", "view tokens p99"), ("raw_tokens_p99", "raw tokens p99"),
                ("truncated_rate", "truncation rate"), ("over_budget_rate", "raw over-budget rate"),
                ("window_cost_per_call", "window cost per call")]  # fmt: skip
+RUN_ROWS = [("view_tokens_p50", "tool-result tokens per run p50"), ("view_tokens_p95", "tool-result tokens per run p95"),
+            ("view_tokens_p99", "tool-result tokens per run p99"), ("raw_tokens_p99", "raw tokens per run p99"),
+            ("window_cost_per_call", "window cost per run")]  # fmt: skip
+LABELS = {"schema_change": "schema change", "growth": "growth without a schema change", "run_growth": "runs grew"}
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
@@ -32,13 +36,13 @@ def _hist(path: str, tool: str, evidence_key: str, evidence: dict[str, Any]) -> 
     return run_query(path, lambda con: queries.before_after_histogram(con, tool, evidence))
 
 
-def _window(side: dict[str, Any]) -> str:
+def _window(side: dict[str, Any], unit: str = "calls") -> str:
     """The window's first and last day and its calls (its stored end is exclusive)."""
     start, end = str(side.get("start") or "")[:10], str(side.get("end") or "")[:10]
     if start and end:
         last = (pd.Timestamp(end) - pd.Timedelta(days=1)).strftime("%Y-%m-%d")
-        return f"{start} – {last}, {side.get('calls', 0)} calls"
-    return f"{side.get('calls', 0)} calls"
+        return f"{start} – {last}, {side.get('calls', 0)} {unit}"
+    return f"{side.get('calls', 0)} {unit}"
 
 
 def _fmt(metric: str, value: Any) -> str:
@@ -69,9 +73,12 @@ st.caption(
 )
 for alert in rows:
     ev = alert["evidence"] or {}
-    label = "schema change" if alert["kind"] == "schema_change" else "growth without a schema change"
+    label = LABELS.get(alert["kind"], alert["kind"])
+    runs = alert["kind"] == "run_growth"
+    rows_, unit = (RUN_ROWS, "runs") if runs else (METRIC_ROWS, "calls")
     with st.container(border=True):
-        st.markdown(f"### {alert['tool_name']} · {label} · {alert['change_at']:%Y-%m-%d}")
+        subject = f"runs of {alert.get('service_name')}" if runs else alert["tool_name"]
+        st.markdown(f"### {subject} · {label} · {alert['change_at']:%Y-%m-%d}")
         st.markdown(f"**{alert['summary']}**  \n`{alert['alert_id']}` · state **{alert['state']}**")
         if alert["delivery_error"] and not alert["delivered_at"]:
             st.error(f"Webhook delivery failed ({alert['delivery_attempts']} attempts): {alert['delivery_error']}")
@@ -80,15 +87,23 @@ for alert in rows:
         before, after = ev.get("before", {}), ev.get("after", {})
         table = pd.DataFrame(
             {
-                "metric": [label_ for _, label_ in METRIC_ROWS],
-                f"before: {_window(before)}": [_fmt(m, before.get(m)) for m, _ in METRIC_ROWS],
-                f"after: {_window(after)}": [_fmt(m, after.get(m)) for m, _ in METRIC_ROWS],
+                "metric": [label_ for _, label_ in rows_],
+                f"before: {_window(before, unit)}": [_fmt(m, before.get(m)) for m, _ in rows_],
+                f"after: {_window(after, unit)}": [_fmt(m, after.get(m)) for m, _ in rows_],
             }
         )
         # one above the other: side by side, the table's window dates were cut off
         st.dataframe(table, hide_index=True, width="stretch", key=f"evidence_{alert['alert_id']}")
-        st.plotly_chart(charts.before_after(_hist(DB, alert["tool_name"], alert["alert_id"], ev)), width="stretch",
-                        key=f"before_after_{alert['alert_id']}")  # fmt: skip
+        if runs:
+            grew = pd.DataFrame(ev.get("tools_grew") or [])
+            if not grew.empty:
+                st.markdown("tools that grew, tokens per run:")
+                st.dataframe(grew.rename(columns={"before_per_run": "before", "after_per_run": "after",
+                                                  "growth_per_run": "growth"}),
+                             hide_index=True, width="stretch", key=f"grew_{alert['alert_id']}")  # fmt: skip
+        else:
+            st.plotly_chart(charts.before_after(_hist(DB, alert["tool_name"], alert["alert_id"], ev)),
+                            width="stretch", key=f"before_after_{alert['alert_id']}")  # fmt: skip
         schema = ev.get("schema") or {}
         for key, what in (("added", "fields added"), ("removed", "fields removed"), ("changed", "types changed")):
             if schema.get(key):
@@ -98,5 +113,6 @@ for alert in rows:
             st.markdown("example calls (open in the replay, filters kept):")
             # page links, not markdown links: those open a new tab, whose new session drops the filters
             for col, (side, ex) in zip(st.columns(len(examples)), examples, strict=True):
+                where = {"trace": ex["trace_id"], **({"span": ex["span_id"]} if ex.get("span_id") else {})}
                 col.page_link("app_pages/replay.py", label=f"{side}: {human_tokens(ex['view_tokens'])} tokens",
-                              query_params={"trace": ex["trace_id"], "span": ex["span_id"]})  # fmt: skip
+                              query_params=where)  # fmt: skip

@@ -10,7 +10,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from collector.alerts.detection import evaluate, list_alerts, set_state
+from collector.alerts.detection import Alert, list_alerts, set_state
+from collector.alerts.detection import evaluate as evaluate_all
 from collector.alerts.rules import Rule, Rules, RulesError, parse_rules
 from collector.cli import main
 from collector.store.database import Store
@@ -43,8 +44,14 @@ def history(db: str, days: list[tuple[str, list[str], int, float]], tool: str = 
     con.close()
 
 
+def evaluate(db: str, rules: Rules) -> list[Alert]:
+    """The tool alerts of an evaluation (each generated call here is a run of its own, so the
+    runs grow with the calls: run-size alerts are tested below)."""
+    return [a for a in evaluate_all(db, rules) if a.kind != "run_growth"]
+
+
 def kinds(db: str) -> list[tuple[str, str]]:
-    return [(a["kind"], str(a["change_at"])[:10]) for a in list_alerts(db)]
+    return [(a["kind"], str(a["change_at"])[:10]) for a in list_alerts(db) if a["kind"] != "run_growth"]
 
 
 def test_growth_after_a_schema_change_names_the_added_field(db_path: str) -> None:
@@ -129,13 +136,21 @@ def test_the_sample_traces_schema_change_is_found_on_the_right_day(tmp_path: Pat
     assert main(["demo", "--db", db, "--no-dashboard"]) == 0
     assert "alert: toolmeter: search_orders envelope grew" in capsys.readouterr().out
     assert main(["alerts", "--db", db, "--json"]) == 0
-    (alert,) = json.loads(capsys.readouterr().out)
+    alert, runs = json.loads(capsys.readouterr().out)
     assert (alert["tool_name"], alert["kind"], alert["change_at"][:10]) == (
         "search_orders",
         "schema_change",
         "2026-11-16",
     )
     assert alert["evidence"]["schema"]["added"] == ["$[].raw_payload:string"]
+    # the same change makes the support agent's runs half as large again: the run-size alert names
+    # the service and the tool that grew
+    assert (runs["kind"], runs["service_name"], runs["tool_name"], runs["change_at"][:10]) == (
+        "run_growth", "support-agent", "search_orders", "2026-11-16")  # fmt: skip
+    assert runs["summary"].startswith("toolmeter: runs of support-agent grew: tool-result tokens per run, median")
+    grew = runs["evidence"]["tools_grew"]
+    assert grew[0]["tool"] == "search_orders" and grew[0]["growth_per_run"] > 10_000
+    assert runs["evidence"]["before"]["calls"] >= 20 and runs["evidence"]["after"]["calls"] >= 20  # runs, each side
 
 
 def test_check_exit_codes(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -168,3 +183,52 @@ def test_check_on_trace_files(tmp_path: Path, capsys) -> None:  # type: ignore[n
     )
     report = json.loads(capsys.readouterr().out)
     assert code == 1 and {f["tool"] for f in report["failures"]} >= {"search_orders"}
+
+
+def runs_history(db: str, days: list[dict[str, tuple[int, int]]], per_day: int = 24, service: str = "support") -> None:
+    """Runs of one service: per day, tool -> (calls per run, median view tokens of a call)."""
+    Store(db).ensure_schema()
+    rng = random.Random(3)
+    rows = []
+    for d, tools in enumerate(days):
+        for run in range(per_day):
+            trace = f"{d:04d}{run:028d}"
+            start = DAY0 + timedelta(days=d, minutes=30 * run)
+            k = 0
+            for tool, (calls, tokens) in tools.items():
+                for _ in range(calls):
+                    view = max(1, int(rng.gauss(tokens, tokens * 0.05)))
+                    rows.append((trace, f"{k:016d}", tool, service, start + timedelta(seconds=k), view))
+                    k += 1
+    con = duckdb.connect(db)
+    con.executemany(
+        """INSERT INTO tool_calls (trace_id, span_id, tool_name, service_name, start_time, start_ns, end_ns,
+                                   view_tokens, raw_tokens, status, later_llm_calls)
+           VALUES (?, ?, ?, ?, ?, 0, 0, ?, ?, 'ok', 1)""",
+        [(*r, r[-1]) for r in rows],
+    )
+    con.close()
+
+
+def test_runs_that_call_a_tool_more_often_alert_where_no_tool_grew(db_path: str) -> None:
+    """Each call stays the same size, so no tool alert: but the runs now loop on fetch_logs."""
+    before = {"search": (1, 2000), "fetch_logs": (1, 1500), "lookup": (2, 100)}
+    after = {"search": (1, 2000), "fetch_logs": (4, 1500), "lookup": (2, 100)}
+    runs_history(db_path, [before] * 7 + [after] * 7)
+    found = evaluate_all(db_path, Rules())
+    (alert,) = found
+    assert (alert.kind, alert.service, alert.tool_name, str(alert.change_at)[:10]) == (
+        "run_growth", "support", "fetch_logs", "2026-11-08")  # fmt: skip
+    assert [g["tool"] for g in alert.tools_grew] == ["fetch_logs"]
+    assert alert.tools_grew[0]["growth_per_run"] == pytest.approx(4500, rel=0.05)
+    assert alert.before.calls == 7 * 24 and alert.after.calls == 7 * 24  # runs on each side
+    assert "runs of support grew" in alert.summary and "fetch_logs +4," in alert.summary
+    (stored,) = list_alerts(db_path)
+    assert stored["service_name"] == "support" and stored["evidence"]["tools_grew"][0]["tool"] == "fetch_logs"
+    assert evaluate_all(db_path, Rules()) == []  # evaluating again adds nothing
+
+
+def test_run_thresholds_per_service(db_path: str) -> None:
+    runs_history(db_path, [{"search": (1, 2000)}] * 7 + [{"search": (2, 2000)}] * 7)
+    assert evaluate_all(db_path, parse_rules("[services.support]\np99_run_ratio = 3.0\np50_run_ratio = 3.0\n")) == []
+    assert len(evaluate_all(db_path, parse_rules("[services.other]\np99_run_ratio = 3.0\n"))) == 1

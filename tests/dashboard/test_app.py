@@ -81,6 +81,9 @@ def test_alerts_page_shows_the_schema_change_alert_with_evidence(
     assert {p.label.split(":")[0] for p in links} == {"before", "after"}
     table = at.dataframe[0].value
     assert list(table["metric"])[:3] == ["view tokens p50", "view tokens p95", "view tokens p99"]
+    assert "runs of support-agent · runs grew · 2026-11-16" in text
+    grew = next(d.value for d in at.dataframe if "growth" in d.value.columns)
+    assert grew["tool"].iloc[0] == "search_orders"
     at.multiselect(key="alert_states").set_value(["resolved"]).run()
     assert not at.exception and "No alerts" in at.success[0].value
 

@@ -121,10 +121,11 @@ def test_cli_and_dashboard_work_on_a_lake(
 
     migrate(samples_file, lake_store)
     assert main(["alerts", "--db", lake_store, "--evaluate", "--json"]) == 0
-    (alert,) = json.loads(capsys.readouterr().out)
+    alert, runs = json.loads(capsys.readouterr().out)
     assert alert["tool_name"] == "search_orders" and alert["kind"] == "schema_change"
+    assert runs["kind"] == "run_growth" and runs["service_name"] == "support-agent"
     assert main(["alerts", "--db", lake_store, "--evaluate", "--json"]) == 0  # re-evaluating adds nothing
-    assert len(json.loads(capsys.readouterr().out)) == 1
+    assert len(json.loads(capsys.readouterr().out)) == 2
     assert main(["top", "--db", lake_store, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["tool"] == "search_orders"
     # the CI gate compares a lake with a file: the same spans pass
