@@ -128,6 +128,8 @@ GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: Final = "gen_ai.usage.cache_read.input_tok
 """Input tokens served from the provider's prompt cache; part of ``gen_ai.usage.input_tokens``."""
 GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: Final = "gen_ai.usage.cache_creation.input_tokens"
 """Input tokens written to the provider's prompt cache this turn; part of the input tokens."""
+GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS: Final = "gen_ai.usage.cache_write.input_tokens"
+"""The Anthropic SDK's own tracing (``anthropic._tracing``) spells the cache writes so."""
 GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS_LEGACY: Final = "gen_ai.usage.cache_read_input_tokens"
 """OpenLLMetry's (and Strands') spelling of the cache reads."""
 GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS_LEGACY: Final = "gen_ai.usage.cache_creation_input_tokens"

@@ -133,17 +133,42 @@ def _merge_nested(con: duckdb.DuckDBPyConnection) -> int:
     return len(drop)
 
 
+_CARRIED = ("model", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cleared_tool_uses",
+            "cleared_input_tokens", "compaction_parts")  # fmt: skip
+
+
 def _insert_llm_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]], lake: bool) -> int:
     """Insert LLM calls from ``llm_batch`` (left registered for the window-cost recount)."""
     _register(con, "llm_batch", rows, columns.LLM_CALLS)
     added = insert_new(con, "llm_calls", "llm_batch", ("trace_id", "span_id"), lake, _WITH_START_TIME, by_start=True)
-    # a model-call span around another one (ADK's call_llm around generate_content) is
-    # one call: the inner one, which made the request, is kept
+    # a model-call span around another one is one call: ADK's call_llm around generate_content
+    # (its parent), an instrumentation's span around the Anthropic SDK's own (its parent, or, for
+    # OpenLLMetry, which never makes its span current, a sibling inside it in time, the only one,
+    # with the same input tokens where both report them). The inner one, which made the request,
+    # is kept, with what only the outer one read (a response body's context-editing report,
+    # cache figures in a spelling the inner one lacks)
+    pairs = """
+        WITH l AS (SELECT * FROM llm_calls WHERE trace_id IN (SELECT trace_id FROM llm_batch)),
+        sib AS (SELECT i.trace_id, i.span_id AS inner_id, w.span_id AS outer_id,
+                       count(*) OVER (PARTITION BY w.trace_id, w.span_id) AS inside
+                FROM l i JOIN l w ON i.trace_id = w.trace_id AND i.span_id <> w.span_id
+                 AND i.parent_span_id IS NOT DISTINCT FROM w.parent_span_id
+                 AND i.end_ns <= w.end_ns AND (w.start_ns < i.start_ns OR (w.start_ns = i.start_ns
+                     AND (w.end_ns > i.end_ns OR w.span_id < i.span_id)))
+                 AND (i.input_tokens IS NULL OR w.input_tokens IS NULL OR i.input_tokens = w.input_tokens))
+        SELECT i.trace_id, i.span_id AS inner_id, i.parent_span_id AS outer_id FROM l i
+        WHERE EXISTS (SELECT 1 FROM l o WHERE o.trace_id = i.trace_id AND o.span_id = i.parent_span_id)
+        UNION SELECT trace_id, inner_id, outer_id FROM sib WHERE inside = 1"""
+    carried = ", ".join(f"{c} = coalesce(llm_calls.{c}, w.{c})" for c in _CARRIED)
+    con.execute(
+        f"""UPDATE llm_calls SET {carried}, compacted = llm_calls.compacted OR w.compacted
+            FROM (SELECT p.trace_id, p.inner_id, o.compacted, {", ".join(f"o.{c}" for c in _CARRIED)}
+                  FROM ({pairs}) p JOIN llm_calls o ON o.trace_id = p.trace_id AND o.span_id = p.outer_id) AS w
+            WHERE llm_calls.trace_id = w.trace_id AND llm_calls.span_id = w.inner_id"""
+    )
     row = con.execute(
-        """DELETE FROM llm_calls WHERE trace_id IN (SELECT trace_id FROM llm_batch)
-           AND trace_id || ':' || span_id IN (
-               SELECT trace_id || ':' || parent_span_id FROM llm_calls
-               WHERE trace_id IN (SELECT trace_id FROM llm_batch) AND parent_span_id IS NOT NULL)"""
+        f"""DELETE FROM llm_calls WHERE trace_id IN (SELECT trace_id FROM llm_batch)
+            AND trace_id || ':' || span_id IN (SELECT trace_id || ':' || outer_id FROM ({pairs}))"""
     ).fetchone()
     wrappers = int(row[0]) if row else 0
     return added - min(wrappers, added)

@@ -457,6 +457,7 @@ def test_claude_code_api_request_event() -> None:
     assert call is not None
     assert (call.dialect, call.model, call.output_tokens) == ("claude_code", "claude-sonnet-4-5-20250929", 310)
     assert call.input_tokens == 12 + 41000 + 900  # the whole prompt: uncached + cache read + cache write
+    assert (call.cache_read_tokens, call.cache_write_tokens) == (41000, 900)
     assert (call.start_ns, call.end_ns) == (T_NS - 2_400_000_000, T_NS)
     assert call.trace_id == synthetic_trace_id(SESSION)
     assert call.span_id == synthetic_span_id("api_request", "req_011CTxyz")
