@@ -18,6 +18,7 @@ from collector.commands import (
     cmd_check,
     cmd_cost,
     cmd_doctor,
+    cmd_export,
     cmd_ingest,
     cmd_lake_maintain,
     cmd_migrate,
@@ -254,6 +255,17 @@ def _add_cost(sub: Any, db_default: str) -> None:
     p.set_defaults(func=cmd_cost)
 
 
+def _add_export(sub: Any, db_default: str) -> None:
+    p = sub.add_parser("export", help="write tool_calls, llm_calls or the ranking as Parquet, CSV or JSON lines")
+    _store_arguments(p, db_default)
+    p.add_argument("--table", choices=("tool_calls", "llm_calls", "ranking"), default="tool_calls")
+    p.add_argument("--format", choices=("parquet", "csv", "json"), default="parquet",
+                   help="json: one object per line")  # fmt: skip
+    p.add_argument("--since", default=None, help="rows from this date, time or age on (2026-11-16, 24h, 7d)")
+    p.add_argument("--out", default=None, help="the file to write (default: TABLE.parquet, .csv or .jsonl here)")
+    p.set_defaults(func=cmd_export)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toolmeter", description="Measure what each tool call puts into an agent's context window."
@@ -273,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_check,
         _add_whatif,
         _add_cost,
+        _add_export,
         _add_dashboards,
     ):
         add(sub, db_default)

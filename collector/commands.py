@@ -355,3 +355,13 @@ def cmd_cost(args: argparse.Namespace) -> int:
         print(f"   {s['service'][:30]:<30} {s['runs']:>6,} runs  p50 {format_tokens(s['result_tokens_p50']):>7}"
               f"  p99 {format_tokens(s['result_tokens_p99']):>7}  max {format_tokens(s['result_tokens_max']):>7}")  # fmt: skip
     return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from collector.query.export import export
+
+    out = args.out or f"{args.table}.{'jsonl' if args.format == 'json' else args.format}"
+    with read_connection(args.db) as con:
+        n = export(con, args.table, args.format, out, _parse_since(args.since))
+    print(f"{n:,} row(s) of {args.table} written to {out} ({args.format})")
+    return 0

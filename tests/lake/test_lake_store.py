@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from collector.cli import main
@@ -251,3 +252,13 @@ def test_threads_reaching_a_new_lake_at_once_do_not_crash_the_process(
         finally:
             postgres.drop_database(dbname)
         assert child.returncode == 0, f"trial {trial}: exit {child.returncode}\n{L.redact(child.stderr[-4000:])}"
+
+
+def test_export_from_a_lake_round_trips(lake_store: str, samples_file: str, tmp_path: Path) -> None:
+    migrate(samples_file, lake_store)
+    out = tmp_path / "tool_calls.parquet"
+    assert main(["export", "--db", lake_store, "--table", "tool_calls", "--out", str(out)]) == 0
+    with duckdb.connect(samples_file, read_only=True) as con:
+        stored = con.execute("SELECT trace_id, span_id, view_tokens FROM tool_calls ORDER BY ALL").fetchall()
+        read = con.execute(f"SELECT trace_id, span_id, view_tokens FROM read_parquet('{out}') ORDER BY ALL").fetchall()
+    assert read == stored and len(read) > 1000
