@@ -126,9 +126,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         spool_dir=args.spool,
         measure_processes=config_module.measure_processes(args.measure_processes),
     )
+    # before the port opens: a supervisor may stop us as soon as its probe answers, and a
+    # SIGTERM without this handler would end the process without writing what it holds
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     running = RunningReceiver(config, rc)
     running.receiver.start_measuring_processes()
-    stop = threading.Event()
     watcher = threading.Thread(
         target=run_watch,
         args=(
@@ -164,7 +167,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     grpc_note = f", OTLP/gRPC on {rc.host}:{running.grpc_port}" if running.grpc_port else ""
     print(f"toolmeter receiving OTLP/HTTP on {running.url}{grpc_note}; store {redact(config.db)}", flush=True)
     print(f"point agents at it: OTEL_EXPORTER_OTLP_ENDPOINT={running.url}", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with contextlib.suppress(KeyboardInterrupt):
         stop.wait()
     print("stopping: writing what is queued ...", flush=True)

@@ -124,7 +124,17 @@ def make_app(receiver: Receiver) -> web.Application:
         empty: Any = "{}"
         return web.Response(text=empty, content_type=JSON)
 
+    async def health(request: web.Request) -> web.Response:
+        # for a supervisor's probes: no token asked, and nothing told but counts
+        writing = not receiver.abandoned
+        return web.json_response(
+            {"status": "ok" if writing else "not writing", "queued_requests": receiver.queued,
+             "refused_requests": receiver.refused},
+            status=200 if writing else 503,
+        )  # fmt: skip
+
     app = web.Application(client_max_size=limit)
+    app.router.add_get("/healthz", health)
     app.router.add_post(X.TRACES, handle)
     app.router.add_post(X.LOGS, handle)
     app.router.add_post("/v1/metrics", metrics)

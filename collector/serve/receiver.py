@@ -183,6 +183,16 @@ class Receiver:
         return self._worker.dropped
 
     @property
+    def abandoned(self) -> bool:
+        """A batch was given up at shutdown: nothing more is written until the next start."""
+        return self._abandoned
+
+    @property
+    def queued(self) -> int:
+        """Requests accepted and not written yet."""
+        return self._worker.queued
+
+    @property
     def paused(self) -> bool:
         """While True nothing is written (tests use it to fill the queue)."""
         return self._worker.paused
