@@ -32,6 +32,7 @@ variable                           meaning                                      
 ``TOOLMETER_RELAY_TOKEN``          the same helper's bearer token                    (internal)
 ``TOOLMETER_STRICT``               re-raise failures on the agent's thread (tests)   off
 ``TOOLMETER_PRICES``               a JSON price table for money figures (``cost``)   the shipped one
+``TOOLMETER_FORWARD_TO``           ``opentelemetry-instrument``: forward to this URL  none: write ``TOOLMETER_DB``
 =================================  ================================================  ======================
 
 Sizes take units: ``67108864``, ``64MiB``, ``64MB`` (10**6), ``1.5GiB``. Ages take ``d``, ``h``,
@@ -90,6 +91,9 @@ RELAY_ENDPOINT_ENV: Final = "TOOLMETER_RELAY_ENDPOINT"
 """Where the forwarding helper sends (set by the processor in the helper's environment only)."""
 RELAY_TOKEN_ENV: Final = "TOOLMETER_RELAY_TOKEN"
 """The helper's bearer token: in its environment, not on its command line that ``ps`` shows."""
+FORWARD_TO_ENV: Final = "TOOLMETER_FORWARD_TO"
+"""Where the ``toolmeter`` span exporter (``OTEL_TRACES_EXPORTER=toolmeter``) forwards; unset, it
+measures in the process and writes ``TOOLMETER_DB``."""
 PRICES_ENV: Final = "TOOLMETER_PRICES"
 """A JSON file of model prices (:mod:`collector.query.prices`) replacing the shipped table."""
 RETAIN_ENV: Final = "TOOLMETER_RETAIN"
@@ -113,6 +117,10 @@ def store_path(given: str | None = None) -> str:
 
 def receiver_token(given: str | None = None) -> str | None:
     return env_text(RECEIVER_TOKEN_ENV, given)
+
+
+def forward_to(given: str | None = None) -> str | None:
+    return env_text(FORWARD_TO_ENV, given)
 
 
 def max_body_bytes(given: int | None = None) -> int:

@@ -50,18 +50,23 @@ def extra_requirements(extra: str) -> list[str]:
     return list(extras[extra])
 
 
-def framework_python(extra: str) -> Path:
-    """The python of a venv holding exactly the pinned packages of ``extra`` (built once)."""
+def framework_python(extra: str, with_toolmeter: bool = False) -> Path:
+    """The python of a venv holding exactly the pinned packages of ``extra`` (built once), and
+    toolmeter itself (editable, as ``pip install -e``) when ``with_toolmeter``."""
     reqs = extra_requirements(extra)
     venv = VENVS / extra
     stamp = venv / ".requirements"
-    want = hashlib.sha256("\n".join(reqs).encode()).hexdigest()
+    # toolmeter's own metadata (its dependencies, entry points) is part of what the venv holds
+    own = (ROOT / "pyproject.toml").read_text() if with_toolmeter else ""
+    want = hashlib.sha256(("\n".join(reqs) + own).encode()).hexdigest()
     python = venv / "bin" / "python"
     if stamp.exists() and stamp.read_text() == want and python.exists():
         return python
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, timeout=300)
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *reqs],
-                   check=True, timeout=1800)  # fmt: skip
+    pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    subprocess.run([*pip, *reqs], check=True, timeout=1800)
+    if with_toolmeter:
+        subprocess.run([*pip, "-e", str(ROOT)], check=True, timeout=1800)
     stamp.write_text(want)
     return python
 
