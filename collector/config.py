@@ -32,6 +32,7 @@ variable                           meaning                                      
 ``TOOLMETER_RELAY_TOKEN``          the same helper's bearer token                    (internal)
 ``TOOLMETER_STRICT``               re-raise failures on the agent's thread (tests)   off
 ``TOOLMETER_PRICES``               a JSON price table for money figures (``cost``)   the shipped one
+``TOOLMETER_DASHBOARD_URL``        where the dashboard is served: alerts link to it   none (no links)
 ``TOOLMETER_FORWARD_TO``           ``opentelemetry-instrument``: forward to this URL  none: write ``TOOLMETER_DB``
 =================================  ================================================  ======================
 
@@ -91,6 +92,8 @@ RELAY_ENDPOINT_ENV: Final = "TOOLMETER_RELAY_ENDPOINT"
 """Where the forwarding helper sends (set by the processor in the helper's environment only)."""
 RELAY_TOKEN_ENV: Final = "TOOLMETER_RELAY_TOKEN"
 """The helper's bearer token: in its environment, not on its command line that ``ps`` shows."""
+DASHBOARD_URL_ENV: Final = "TOOLMETER_DASHBOARD_URL"
+"""The dashboard's address as people reach it (``https://toolmeter.internal``): webhook alerts carry links there."""
 FORWARD_TO_ENV: Final = "TOOLMETER_FORWARD_TO"
 """Where the ``toolmeter`` span exporter (``OTEL_TRACES_EXPORTER=toolmeter``) forwards; unset, it
 measures in the process and writes ``TOOLMETER_DB``."""
@@ -117,6 +120,10 @@ def store_path(given: str | None = None) -> str:
 
 def receiver_token(given: str | None = None) -> str | None:
     return env_text(RECEIVER_TOKEN_ENV, given)
+
+
+def dashboard_url(given: str | None = None) -> str | None:
+    return env_text(DASHBOARD_URL_ENV, given)
 
 
 def forward_to(given: str | None = None) -> str | None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-from datetime import datetime, time, timedelta
 
 import duckdb
 import streamlit as st
@@ -19,7 +18,7 @@ from collector.query.coverage import check_store
 from collector.query.ranking import Filters
 from collector.store.lake import is_lake, redact
 from collector.store.payloads import payload_files
-from dashboard import queries
+from dashboard import links, queries
 from dashboard.connection import db_path, run_query
 from dashboard.state import CACHE_TTL_S
 
@@ -76,16 +75,27 @@ def _sidebar() -> Filters | None:
         return None
     st.sidebar.caption(f"{_size(DB)} · calls from {first:%Y-%m-%d} to {last:%Y-%m-%d}")
     d0, d1 = first.date(), last.date()  # type: ignore[attr-defined]
-    picked = st.sidebar.date_input("time range (UTC)", value=(d0, d1), min_value=d0, max_value=d1, key="f_dates")
-    services = st.sidebar.multiselect("service / agent", options["services"], key="f_services")
-    tools = st.sidebar.multiselect("tool", options["tools"], key="f_tools")
-    encoding = st.sidebar.selectbox("model encoding", [None, *options["encodings"]], key="f_encoding",
-                                    format_func=lambda e: "all" if e is None else e)  # fmt: skip
+    # a shared link's filters are the widgets' starting values (later reruns keep the widgets')
+    start = links.initial_filters(st.query_params, d0, d1, options["services"], options["tools"], options["encodings"])
+    encodings: list[str | None] = [None, *options["encodings"]]
+    picked = st.sidebar.date_input("time range (UTC)", value=start.dates, min_value=d0, max_value=d1, key="f_dates")
+    services = st.sidebar.multiselect("service / agent", options["services"], default=start.services,
+                                      key="f_services")  # fmt: skip
+    tools = st.sidebar.multiselect("tool", options["tools"], default=start.tools, key="f_tools")
+    encoding = st.sidebar.selectbox("model encoding", encodings, index=encodings.index(start.encoding),
+                                    key="f_encoding", format_func=lambda e: "all" if e is None else e)  # fmt: skip
     since = until = None
     if isinstance(picked, tuple) and len(picked) == 2:
-        since = datetime.combine(picked[0], time.min)
-        until = datetime.combine(picked[1], time.min) + timedelta(days=1)
-    return Filters(since=since, until=until, services=tuple(services), tools=tuple(tools), encoding=encoding)
+        since, until = links.day_range(picked[0], picked[1])
+    filters = Filters(since=since, until=until, services=tuple(services), tools=tuple(tools), encoding=encoding)
+    # the URL follows the view: copying it shares what is on screen
+    wanted = links.filter_params(filters, d0, d1)
+    for key in links.FILTER_KEYS:
+        if key in wanted and st.query_params.get(key) != wanted[key]:
+            st.query_params[key] = wanted[key]
+        elif key not in wanted and key in st.query_params:
+            del st.query_params[key]
+    return filters
 
 
 filters = _sidebar()

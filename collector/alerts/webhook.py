@@ -73,6 +73,7 @@ from typing import Any
 
 import duckdb
 
+from collector import config as config_module
 from collector.alerts.message import alert_payload
 from collector.errors import ConfigError, StoreError
 from collector.store.connection import LOCK_RETRY_SECONDS, connect, rows_as_dicts
@@ -362,7 +363,8 @@ def _deliver(
         alert_id = str(row["alert_id"])
         if not _still_pending(db_path, alert_id):
             continue
-        body = json.dumps(alert_payload(row), ensure_ascii=False, allow_nan=False).encode("utf-8")
+        body = json.dumps(alert_payload(row, config_module.dashboard_url()), ensure_ascii=False,
+                          allow_nan=False).encode("utf-8")  # fmt: skip
         retry = 0
         while True:
             attempt = _post(url, body, alert_id, timeout_s)

@@ -61,7 +61,8 @@ wanted_trace = st.query_params.get("trace", "")
 wanted_span = st.query_params.get("span", "")
 
 c1, c2, c3 = st.columns([2, 2, 2])
-prefix = c1.text_input("trace id", value=wanted_trace, placeholder="paste a trace id or its first characters")
+prefix = c1.text_input("trace id", value=wanted_trace, placeholder="paste a trace id or its first characters",
+                       key="replay_prefix")  # fmt: skip
 tool_filter = c2.selectbox("containing tool", [None, *tools], format_func=lambda t: "any tool" if t is None else t)
 order = c3.radio("order", list(ORDER_LABELS), format_func=ORDER_LABELS.__getitem__, horizontal=True)
 found = _traces(DB, filters, order, prefix, tool_filter)
@@ -79,6 +80,10 @@ def _label(i: int) -> str:
 
 pick = st.selectbox("trace", range(len(found)), format_func=_label, key=f"trace_pick_{order}_{prefix}_{tool_filter}")
 trace_id = str(found.iloc[pick]["trace_id"])
+if st.query_params.get("trace") != trace_id:  # a copied URL opens this trace (the call is added below)
+    st.query_params["trace"] = trace_id
+    if "span" in st.query_params and wanted_trace != trace_id:
+        del st.query_params["span"]
 steps, occupancy, events = _trace(DB, trace_id)
 
 st.subheader("Context window, call by call")
@@ -111,6 +116,8 @@ shown = pd.DataFrame(
 TOKENS = st.column_config.NumberColumn(format="localized", help="tokens")
 st.dataframe(shown, hide_index=True, width="stretch", height=min(35 * (len(shown) + 1) + 3, 420), key="replay_steps",
              column_config={"input tokens": TOKENS, "view tokens": TOKENS, "raw tokens": TOKENS})  # fmt: skip
+st.download_button("Download the steps (CSV)", steps.to_csv(index=False), file_name=f"toolmeter-trace-{trace_id}.csv",
+                   mime="text/csv", key="steps_csv", icon=":material/download:")  # fmt: skip
 
 if tool_steps.empty:
     st.info("This trace has no tool calls.")
@@ -141,6 +148,8 @@ def _call_label(k: int) -> str:
 
 
 i = st.select_slider("tool call", options=list(range(len(spans))), value=_default_call(), format_func=_call_label)
+if st.query_params.get("span") != spans[i]:
+    st.query_params["span"] = str(spans[i])
 call, raw, view = _call(DB, trace_id, spans[i])
 if call is None:
     st.error("This tool call is no longer in the store.")

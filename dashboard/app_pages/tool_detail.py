@@ -49,6 +49,8 @@ def _top_eater(path: str, f: Filters) -> str | None:
 default = st.query_params.get("tool") or _top_eater(DB, filters)
 index = tools.index(default) if default in tools else 0
 tool = st.selectbox("tool", tools, index=index, key="detail_tool")
+if st.query_params.get("tool") != tool:
+    st.query_params["tool"] = tool  # a copied URL opens this tool
 metric = st.radio("size", list(queries.SIZE_METRICS), format_func=queries.SIZE_METRICS.__getitem__,
                   horizontal=True, key="detail_metric")  # fmt: skip
 data = _load(DB, filters, tool, metric)

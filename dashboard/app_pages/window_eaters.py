@@ -119,5 +119,7 @@ picked = st.dataframe(
         "window cost": _number("tokens of this tool's results re-read by later LLM calls", width=80),
     },
 )  # fmt: skip
+st.download_button("Download the ranking (CSV)", table.to_csv(index=False), file_name="toolmeter-ranking.csv",
+                   mime="text/csv", key="ranking_csv", icon=":material/download:")  # fmt: skip
 if picked.selection.rows:  # type: ignore[union-attr]
     st.switch_page("app_pages/tool_detail.py", query_params={"tool": str(shown.iloc[picked.selection.rows[0]]["tool"])})  # type: ignore[union-attr]

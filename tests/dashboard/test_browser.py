@@ -280,6 +280,37 @@ def test_whatif_in_a_browser(page, dashboard_url: str) -> None:  # type: ignore[
     _shot(page, "whatif")
 
 
+def test_a_shared_link_opens_the_same_tool_trace_and_filters(page, dashboard_url: str, sample_store: str) -> None:  # type: ignore[no-untyped-def]
+    import duckdb
+
+    con = duckdb.connect(sample_store, read_only=True)
+    trace_id, span_id = con.execute(
+        "SELECT trace_id, span_id FROM tool_calls WHERE tool_name = 'fetch_pod_logs' AND service_name = 'sre-agent' "
+        "AND start_time >= '2026-11-12' AND start_time < '2026-11-15' ORDER BY trace_id LIMIT 1"
+    ).fetchone()  # type: ignore[misc]
+    con.close()
+    # a link as a colleague would paste it: the tool page, one service, three days
+    page.goto(f"{dashboard_url}/tool?tool=fetch_pod_logs&service=sre-agent&from=2026-11-12&to=2026-11-14")
+    _settle(page, "Tool detail", charts=2)
+    main = page.locator('[data-testid="stMain"]')
+    assert main.locator('input[aria-label="tool"]').input_value() == "fetch_pod_logs"
+    sidebar = "".join(page.locator('[data-testid="stSidebar"]').inner_text().split())  # the date is drawn in parts
+    assert "sre-agent" in sidebar and "2026/11/12–2026/11/14" in sidebar
+    # the URL keeps the view: reloading it lands on the same place
+    page.reload()
+    _settle(page, "Tool detail", charts=2)
+    assert "tool=fetch_pod_logs" in page.url and "service=sre-agent" in page.url and "from=2026-11-12" in page.url
+    # a trace's link opens that trace and that call, and the URL names them
+    page.goto(f"{dashboard_url}/replay?trace={trace_id}&span={span_id}")
+    _settle(page, "Trace replay", charts=1)
+    assert page.locator('[data-testid="stMain"] input[aria-label="trace"]').input_value().startswith(trace_id[:12])
+    assert f"trace={trace_id}" in page.url and f"span={span_id}" in page.url
+    assert page.get_by_role("button", name="Download the steps (CSV)").count() == 1
+    page.goto(f"{dashboard_url}/eaters")
+    _settle(page, "Window eaters", charts=1)
+    assert page.get_by_role("button", name="Download the ranking (CSV)").count() == 1
+
+
 def test_tokens_as_billed_in_a_browser(page, dashboard_url: str) -> None:  # type: ignore[no-untyped-def]
     page.goto(f"{dashboard_url}/cost")
     _settle(page, "Tokens as billed", charts=1)

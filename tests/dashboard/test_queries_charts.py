@@ -159,7 +159,8 @@ def test_human_formats() -> None:
 
 
 def test_alert_queries(con: duckdb.DuckDBPyConnection) -> None:
-    (alert,) = queries.alerts(con) or []
+    alert, runs = queries.alerts(con) or []
+    assert runs["kind"] == "run_growth"  # listed after the tool's own alert of the same day
     assert alert["tool_name"] == "search_orders" and alert["evidence"]["schema"]["added"] == ["$[].raw_payload:string"]
     hist = queries.before_after_histogram(con, "search_orders", alert["evidence"])
     calls = hist.groupby("side")["calls"].sum().to_dict()
