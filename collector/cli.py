@@ -118,6 +118,8 @@ def _add_serve(sub: Any, db_default: str) -> None:
     p.add_argument("--rules", default=None, help="alert rules (TOML), evaluated every --watch-interval seconds")
     p.add_argument("--webhook", default=None, help="POST new alerts here (or set TOOLMETER_WEBHOOK_URL)")
     p.add_argument("--watch-interval", type=float, default=300.0, help="seconds between alert evaluations")
+    p.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                   help="serve the tool metrics for Prometheus on --host:PORT/metrics (needs toolmeter[prometheus])")  # fmt: skip
     p.add_argument("--encoding", choices=ENCODINGS, default=None)
     p.add_argument(
         "--maintain-every", default=None, metavar="DURATION",

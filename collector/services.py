@@ -107,6 +107,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return _run_dashboard(args.db, args.port, args.host)
 
 
+def _serve_metrics(host: str, port: int) -> None:
+    """Serve the tool metrics (:mod:`collector.metrics`) for Prometheus to scrape on host:port/metrics."""
+    try:
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from prometheus_client import start_http_server
+    except ImportError as e:
+        raise InputError("--metrics-port needs the Prometheus exporter: pip install 'toolmeter[prometheus]'") from e
+    from opentelemetry import metrics
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.resources import Resource
+
+    start_http_server(port, addr=host)
+    # the global provider: the receiver's pipeline records into it (collector.metrics)
+    provider = MeterProvider(metric_readers=[PrometheusMetricReader()],
+                             resource=Resource.create({"service.name": "toolmeter-serve"}))  # fmt: skip
+    metrics.set_meter_provider(provider)
+    print(f"toolmeter metrics for Prometheus on http://{host}:{port}/metrics", flush=True)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from collector.alerts.rules import load_rules
     from collector.serve.receiver import ReceiverConfig, RunningReceiver
@@ -126,6 +145,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         spool_dir=args.spool,
         measure_processes=config_module.measure_processes(args.measure_processes),
     )
+    if args.metrics_port is not None:
+        _serve_metrics(args.host, args.metrics_port)
     # before the port opens: a supervisor may stop us as soon as its probe answers, and a
     # SIGTERM without this handler would end the process without writing what it holds
     stop = threading.Event()

@@ -55,6 +55,21 @@ def _local(argv: list[str], db: str) -> list[str]:
     return out
 
 
+def _stored_soon(db: str) -> None:
+    """Wait until the receiver has written the span (it holds the file only while it writes)."""
+    from collector.store.database import read_connection
+
+    for _ in range(600):
+        try:
+            with read_connection(db, wait_s=5) as con:
+                if con.execute("SELECT count(*) FROM tool_calls").fetchone()[0]:  # type: ignore[index]
+                    return
+        except Exception:  # not created yet
+            pass
+        time.sleep(0.1)
+    raise AssertionError("the receiver did not store the span within a minute")
+
+
 def run_and_stop(argv: list[str], tmp_path: Path, stop_timeout: float) -> list[tuple[str, int]]:
     """Start ``toolmeter ARGS``, send one tool span, stop it with SIGTERM; the calls stored."""
     db = str(tmp_path / "store.duckdb")
@@ -85,6 +100,7 @@ def run_and_stop(argv: list[str], tmp_path: Path, stop_timeout: float) -> list[t
         with provider.get_tracer("t").start_as_current_span("execute_tool lookup", attributes=attrs):
             pass
         provider.shutdown()
+        _stored_soon(db)
         proc.send_signal(signal.SIGTERM)  # what systemd and the kubelet send
         assert proc.wait(timeout=stop_timeout) == 0
     finally:
