@@ -26,7 +26,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -258,9 +258,8 @@ def detect(con: duckdb.DuckDBPyConnection, rules: Rules, tools: list[str] | None
         # Growth without a schema change: test the windows around every day; consecutive days
         # that fire are one episode, dated where the median moved most (p99 alone moves as
         # soon as a window holds a few grown days, so it cannot date the change).
-        episode: list[tuple[float, date, list[Finding], Envelope, Envelope]] = []
-        last_day: date | None = None
-        for i, (day, _, _) in enumerate(days[1:], start=1):
+        fired_by_day: list[tuple[date, tuple[float, date, list[Finding], Envelope, Envelope] | None]] = []
+        for day, _, _ in days[1:]:
             fired = None
             if not any(abs((day - c).days) < rule.window_days for c in change_days):
                 at = _midnight(day)
@@ -269,16 +268,31 @@ def detect(con: duckdb.DuckDBPyConnection, rules: Rules, tools: list[str] | None
                 if findings:
                     score = (after.view_tokens_p50 or 0) / (before.view_tokens_p50 or 1)
                     fired = (score, day, findings, before, after)
-            if fired is not None and (not episode or (last_day is not None and (day - last_day).days <= 1)):
-                episode.append(fired)
-            else:
-                if episode:
-                    alerts.append(_growth_alert(con, tool, max(episode, key=lambda e: e[0]), window))
-                episode = [fired] if fired is not None else []
-            last_day = day
-            if i == len(days) - 1 and episode:
-                alerts.append(_growth_alert(con, tool, max(episode, key=lambda e: e[0]), window))
+            fired_by_day.append((day, fired))
+        alerts += [_growth_alert(con, tool, best, window) for best in episodes(fired_by_day)]
     return alerts
+
+
+_Fired = TypeVar("_Fired", bound=tuple[Any, ...])
+
+
+def episodes(fired_by_day: list[tuple[date, _Fired | None]]) -> list[_Fired]:
+    """The best of each run of consecutive days that fired (its first element the score):
+    one alert per episode, dated where it scored highest."""
+    out: list[_Fired] = []
+    run: list[_Fired] = []
+    last: date | None = None
+    for day, fired in fired_by_day:
+        if fired is not None and (not run or (last is not None and (day - last).days <= 1)):
+            run.append(fired)
+        else:
+            if run:
+                out.append(max(run, key=lambda e: e[0]))
+            run = [fired] if fired is not None else []
+        last = day
+    if run:
+        out.append(max(run, key=lambda e: e[0]))
+    return out
 
 
 def _growth_alert(

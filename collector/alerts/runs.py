@@ -17,7 +17,7 @@ from typing import Any
 
 import duckdb
 
-from collector.alerts.detection import Alert, Envelope, Finding, _alert_id, _midnight
+from collector.alerts.detection import Alert, Envelope, Finding, _alert_id, _midnight, episodes
 from collector.alerts.rules import Rules
 
 KIND = "run_growth"
@@ -99,8 +99,7 @@ def detect_run_growth(con: duckdb.DuckDBPyConnection, rules: Rules) -> list[Aler
         window = timedelta(days=rule.window_days)
         days = [r[0] for r in con.execute(
             f"SELECT DISTINCT started::DATE FROM ({_RUNS}) ORDER BY 1", [service]).fetchall()]  # fmt: skip
-        episode: list[tuple[float, date, Finding, Envelope, Envelope]] = []
-        last: date | None = None
+        fired_by_day: list[tuple[date, tuple[float, date, Finding, Envelope, Envelope] | None]] = []
         for day in days[1:]:
             at = _midnight(day)
             before, after = _envelope(con, service, at - window, at), _envelope(con, service, at, at + window)
@@ -117,13 +116,6 @@ def detect_run_growth(con: duckdb.DuckDBPyConnection, rules: Rules) -> list[Aler
                 if findings:
                     score = (after.view_tokens_p50 or 0) / (before.view_tokens_p50 or 1)
                     fired = (score, day, findings[0], before, after)
-            if fired is not None and (not episode or (last is not None and (day - last).days <= 1)):
-                episode.append(fired)
-            else:
-                if episode:
-                    alerts.append(_alert(con, service, max(episode, key=lambda e: e[0]), window))
-                episode = [fired] if fired is not None else []
-            last = day
-        if episode:
-            alerts.append(_alert(con, service, max(episode, key=lambda e: e[0]), window))
+            fired_by_day.append((day, fired))
+        alerts += [_alert(con, service, best, window) for best in episodes(fired_by_day)]
     return alerts
