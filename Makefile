@@ -43,6 +43,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_dashboard.py --calls 1000000
 	$(BIN)/python benchmarks/bench_dashboard.py --calls 10000000
 	$(BIN)/python benchmarks/bench_lake.py
+	$(BIN)/python benchmarks/bench_windowcost.py
 
 ## The long run: 100,000 hostile-input cases, then a stream into a receiver killed and restarted.
 soak: setup
