@@ -144,7 +144,8 @@ def _insert_llm_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]],
     # a model-call span around another one is one call: ADK's call_llm around generate_content
     # (its parent), an instrumentation's span around the Anthropic SDK's own (its parent, or, for
     # OpenLLMetry, which never makes its span current, a sibling inside it in time, the only one,
-    # with the same input tokens where both report them). The inner one, which made the request,
+    # both reporting the same input tokens, and not over the very same instants: two calls of
+    # the agent's own are never merged without that). The inner one, which made the request,
     # is kept, with what only the outer one read (a response body's context-editing report,
     # cache figures in a spelling the inner one lacks)
     pairs = """
@@ -153,9 +154,9 @@ def _insert_llm_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]],
                        count(*) OVER (PARTITION BY w.trace_id, w.span_id) AS inside
                 FROM l i JOIN l w ON i.trace_id = w.trace_id AND i.span_id <> w.span_id
                  AND i.parent_span_id IS NOT DISTINCT FROM w.parent_span_id
-                 AND i.end_ns <= w.end_ns AND (w.start_ns < i.start_ns OR (w.start_ns = i.start_ns
-                     AND (w.end_ns > i.end_ns OR w.span_id < i.span_id)))
-                 AND (i.input_tokens IS NULL OR w.input_tokens IS NULL OR i.input_tokens = w.input_tokens))
+                 AND w.start_ns <= i.start_ns AND i.end_ns <= w.end_ns
+                 AND (w.start_ns < i.start_ns OR i.end_ns < w.end_ns)
+                 AND i.input_tokens = w.input_tokens)
         SELECT i.trace_id, i.span_id AS inner_id, i.parent_span_id AS outer_id FROM l i
         WHERE EXISTS (SELECT 1 FROM l o WHERE o.trace_id = i.trace_id AND o.span_id = i.parent_span_id)
         UNION SELECT trace_id, inner_id, outer_id FROM sib WHERE inside = 1"""

@@ -120,3 +120,30 @@ def test_compaction_counted_where_the_compaction_parts_grow(db_path: str) -> Non
     agent.close()
     got = {k: (v[0], v[3]) for k, v in reads(db_path).items()}
     assert got == {"a": (1, "compaction"), "b": (2, None)}
+
+
+def test_a_model_call_traced_twice_side_by_side_is_one_call_and_two_calls_stay_two(db_path: str) -> None:
+    """OpenLLMetry's span beside the Anthropic SDK's own (never made current) is one call; two
+    of the agent's own calls, at the very same instants or of other sizes, stay two."""
+    provider = TracerProvider(shutdown_on_exit=False)
+    processor = ToolResultProcessor(db=db_path, flush_interval=0.05)
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("agent")
+    t = 1_763_800_000_000_000_000
+
+    def call(name: str, start: int, end: int, tokens: int) -> None:
+        attrs = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m", "gen_ai.usage.input_tokens": tokens}
+        tracer.start_span(name, attributes=attrs, start_time=start).end(end_time=end)
+
+    with tracer.start_as_current_span("invoke_agent", start_time=t):
+        call("anthropic.chat", t + 10, t + 100, 500)  # the instrumentation's span...
+        call("anthropic.messages.create", t + 12, t + 98, 500)  # ...and the SDK's, inside it in time
+        call("chat", t + 200, t + 300, 700)  # two calls over the very same instants
+        call("chat", t + 200, t + 300, 700)
+        call("chat", t + 400, t + 500, 900)  # a call inside another one in time, of another size
+        call("chat", t + 410, t + 490, 950)
+    processor.force_flush()
+    provider.shutdown()
+    with read_connection(db_path) as con:
+        tokens = sorted(r[0] for r in con.execute("SELECT input_tokens FROM llm_calls").fetchall())
+    assert tokens == [500, 700, 700, 900, 950]
