@@ -348,6 +348,8 @@ def cmd_cost(args: argparse.Namespace) -> int:
               f"{format_tokens(r['cached_tokens']):>8} {_pct(r['cache_known_share']):>11} "
               f"{r['cost_without_cache']:>13.4f} {r['cost_with_cache']:>11.4f} {r['cleared_calls']:>7,}")  # fmt: skip
     print(f"\nprices: taken {table.taken} ({table.source[:100]})")
+    if costs["no_cache_figures"]:
+        print(f"no cache figures from: {', '.join(costs['no_cache_figures'])}: {costs['no_cache_figures_why']}")
     if costs["unpriced_models"]:
         print(f"no price for: {', '.join(costs['unpriced_models'])} (add them with --prices or TOOLMETER_PRICES)")
     print("\ntool-result tokens per run:")

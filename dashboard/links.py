@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 
-from collector.alerts.message import dashboard_link
 from collector.query.ranking import Filters
 
 FILTER_KEYS = ("from", "to", "service", "tools", "encoding")
@@ -69,7 +68,3 @@ def filter_params(filters: Filters, first: date, last: date) -> dict[str, str]:
 def day_range(start: date, end: date) -> tuple[datetime, datetime]:
     """``since`` and ``until`` (exclusive) of the days ``start`` to ``end``."""
     return datetime.combine(start, time.min), datetime.combine(end, time.min) + timedelta(days=1)
-
-
-page_url = dashboard_link
-"""A link to a page of the dashboard at a base URL (the one alerts carry, too)."""

@@ -19,22 +19,18 @@ import duckdb
 
 from collector.alerts.detection import Alert, Envelope, Finding, _alert_id, _midnight, episodes
 from collector.alerts.rules import Rules
+from collector.query.runs import NO_SERVICE, service_runs_sql
 
 KIND = "run_growth"
 
-_RUNS = """
-    SELECT trace_id, min(start_time) AS started, coalesce(sum(view_tokens), 0) AS result_tokens,
-           coalesce(sum(raw_tokens), 0) AS raw_tokens, coalesce(sum(view_tokens * coalesce(later_llm_calls, 0)), 0) AS cost
-    FROM tool_calls WHERE coalesce(service_name, '(no service)') = ?
-    GROUP BY trace_id
-"""
+_RUNS = service_runs_sql()
 
 
 def _envelope(con: duckdb.DuckDBPyConnection, service: str, start: datetime, end: datetime) -> Envelope:
     row = con.execute(
         f"""SELECT count(*), quantile_cont(result_tokens, 0.5), quantile_cont(result_tokens, 0.95),
                    quantile_cont(result_tokens, 0.99), quantile_cont(raw_tokens, 0.5),
-                   quantile_cont(raw_tokens, 0.95), quantile_cont(raw_tokens, 0.99), avg(cost)
+                   quantile_cont(raw_tokens, 0.95), quantile_cont(raw_tokens, 0.99), avg(window_cost_tokens)
             FROM ({_RUNS}) WHERE started >= ? AND started < ?""",
         [service, start, end],
     ).fetchone()
@@ -47,7 +43,7 @@ def tools_grown(con: duckdb.DuckDBPyConnection, service: str, at: datetime, wind
     """Per tool: view tokens per run before and after ``at``, the tools that grew first."""
     rows = con.execute(
         """WITH r AS (SELECT trace_id, min(start_time) AS started FROM tool_calls
-                      WHERE coalesce(service_name, '(no service)') = ? GROUP BY trace_id),
+                      WHERE coalesce(service_name, ?) = ? GROUP BY trace_id),
            side AS (SELECT trace_id, CASE WHEN started < ? THEN 'before' ELSE 'after' END AS side
                     FROM r WHERE started >= ? AND started < ?),
            runs AS (SELECT side, count(*) AS n FROM side GROUP BY side)
@@ -59,7 +55,7 @@ def tools_grown(con: duckdb.DuckDBPyConnection, service: str, at: datetime, wind
            FROM tool_calls t JOIN side s USING (trace_id)
            LEFT JOIN runs b ON b.side = 'before' LEFT JOIN runs a ON a.side = 'after'
            GROUP BY t.tool_name""",
-        [service, at, at - window, at + window],
+        [NO_SERVICE, service, at, at - window, at + window],
     ).fetchall()
     grown = [{"tool": t, "before_per_run": round(b, 1), "after_per_run": round(a, 1), "growth_per_run": round(a - b, 1)}
              for t, b, a in rows]  # fmt: skip
@@ -90,7 +86,7 @@ def _alert(con: duckdb.DuckDBPyConnection, service: str, best: tuple[float, date
 def detect_run_growth(con: duckdb.DuckDBPyConnection, rules: Rules) -> list[Alert]:
     """Every run-size alert the rules raise on the store's history."""
     services = [r[0] for r in con.execute(
-        "SELECT DISTINCT coalesce(service_name, '(no service)') FROM tool_calls ORDER BY 1").fetchall()]  # fmt: skip
+        f"SELECT DISTINCT coalesce(service_name, '{NO_SERVICE}') FROM tool_calls ORDER BY 1").fetchall()]  # fmt: skip
     alerts: list[Alert] = []
     for service in services:
         rule = rules.for_service(service)

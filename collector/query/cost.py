@@ -8,7 +8,8 @@ Per tool, from the columns every write keeps (:mod:`collector.store.windowcost`)
   known for it (:mod:`collector.query.calibration`), else toolmeter's (``calibrated_share``
   says how much of the cost was calibrated);
 * ``cached_tokens``: the part the prompt cache served; ``cache_known_share``: the part whose
-  calls reported cache figures at all;
+  calls reported cache figures at all (``no_cache_figures`` lists the models that report none,
+  ``no_cache_figures_why`` says what that means and what would give them);
 * ``cost_without_cache`` and ``cost_with_cache``: provider tokens at the reading model's input
   price; with the cache, reads it served at the cache-read price and the first read of a
   result its reader wrote to the cache at the cache-write price (:mod:`collector.query.prices`).
@@ -24,6 +25,14 @@ import duckdb
 from collector.query.calibration import Calibration, calibrate, ratios
 from collector.query.prices import PriceTable
 from collector.query.ranking import Filters
+
+CACHE_UNKNOWN = (
+    "their model calls report no cached input tokens, so what the prompt cache served is unknown and their reads "
+    "are priced in full. The instrumentation decides: OpenInference, OpenLLMetry, Pydantic AI, Strands and the "
+    "GenAI conventions' gen_ai.usage.cache_read.input_tokens report them; openai-v2 2.4b0 on chat completions, the "
+    "OpenAI Agents SDK's chat model and LlamaIndex do not"
+)
+"""Why reads have no cache figures, and what would give them (the tested instrumentations, README)."""
 
 _PER_MODEL = """
     SELECT tool_name, read_by_model AS model, count(*) AS calls,
@@ -52,6 +61,7 @@ def window_costs(
     where, params = filters.where()
     tools: dict[str, dict[str, Any]] = {}
     unpriced: dict[str, int] = {}
+    no_cache_figures: set[str] = set()
     for tool, model, calls, window, cached, known, written, cleared in con.execute(
         _PER_MODEL.format(where=where), params
     ).fetchall():
@@ -69,6 +79,8 @@ def window_costs(
         row["cached_tokens"] += cached * scale
         row["cache_known_tokens"] += int(known)
         row["cleared_calls"] += int(cleared)
+        if window and not known:
+            no_cache_figures.add(model or "(no model named)")
         if model and model not in row["models"]:
             row["models"].append(model)
         price = prices.price(model)
@@ -96,6 +108,8 @@ def window_costs(
     return {
         "tools": rows,
         "unpriced_models": sorted(unpriced),
+        "no_cache_figures": sorted(no_cache_figures),
+        "no_cache_figures_why": CACHE_UNKNOWN if no_cache_figures else None,
         "calibrations": calibrations,
         "prices": {"taken": prices.taken, "currency": prices.currency, "source": prices.source},
     }

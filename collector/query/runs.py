@@ -15,8 +15,11 @@ import duckdb
 from collector.query.ranking import Filters
 from collector.store.connection import rows_as_dicts
 
+NO_SERVICE = "(no service)"
+"""The service of runs whose spans name none."""
+
 _RUNS = """
-    SELECT trace_id, coalesce(any_value(service_name), '(no service)') AS service, min(start_time) AS started,
+    SELECT trace_id, coalesce(any_value(service_name), '{no_service}') AS service, min(start_time) AS started,
            count(*) AS tool_calls, coalesce(sum(view_tokens), 0) AS result_tokens,
            coalesce(sum(raw_tokens), 0) AS raw_tokens,
            coalesce(sum(view_tokens * coalesce(later_llm_calls, 0)), 0) AS window_cost_tokens
@@ -28,7 +31,12 @@ _RUNS = """
 def runs_sql(filters: Filters) -> tuple[str, list[Any]]:
     """One row per run (trace) in ``filters``."""
     where, params = filters.where()
-    return _RUNS.format(where=where), params
+    return _RUNS.format(where=where, no_service=NO_SERVICE), params
+
+
+def service_runs_sql() -> str:
+    """One row per run of one service, whose name (:data:`NO_SERVICE` for none) is the one parameter."""
+    return _RUNS.format(where=f"coalesce(service_name, '{NO_SERVICE}') = ?", no_service=NO_SERVICE)
 
 
 def run_sizes(con: duckdb.DuckDBPyConnection, filters: Filters | None = None, limit: int = 200) -> list[dict[str, Any]]:

@@ -133,6 +133,19 @@ def _merge_nested(con: duckdb.DuckDBPyConnection) -> int:
     return len(drop)
 
 
+_LLM_PAIRS = """
+    WITH l AS (SELECT * FROM llm_calls WHERE trace_id IN (SELECT trace_id FROM llm_batch)),
+    sib AS (SELECT i.trace_id, i.span_id AS inner_id, w.span_id AS outer_id,
+                   count(*) OVER (PARTITION BY w.trace_id, w.span_id) AS inside
+            FROM l i JOIN l w ON i.trace_id = w.trace_id AND i.span_id <> w.span_id
+             AND i.parent_span_id IS NOT DISTINCT FROM w.parent_span_id
+             AND w.start_ns <= i.start_ns AND i.end_ns <= w.end_ns
+             AND (w.start_ns < i.start_ns OR i.end_ns < w.end_ns)
+             AND i.input_tokens = w.input_tokens)
+    SELECT i.trace_id, i.span_id AS inner_id, i.parent_span_id AS outer_id FROM l i
+    WHERE EXISTS (SELECT 1 FROM l o WHERE o.trace_id = i.trace_id AND o.span_id = i.parent_span_id)
+    UNION SELECT trace_id, inner_id, outer_id FROM sib WHERE inside = 1"""
+"""(trace, inner span, outer span) of the batch's traces' model calls that are one call (below)."""
 _CARRIED = ("model", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cleared_tool_uses",
             "cleared_input_tokens", "compaction_parts")  # fmt: skip
 
@@ -148,28 +161,25 @@ def _insert_llm_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]],
     # the agent's own are never merged without that). The inner one, which made the request,
     # is kept, with what only the outer one read (a response body's context-editing report,
     # cache figures in a spelling the inner one lacks)
-    pairs = """
-        WITH l AS (SELECT * FROM llm_calls WHERE trace_id IN (SELECT trace_id FROM llm_batch)),
-        sib AS (SELECT i.trace_id, i.span_id AS inner_id, w.span_id AS outer_id,
-                       count(*) OVER (PARTITION BY w.trace_id, w.span_id) AS inside
-                FROM l i JOIN l w ON i.trace_id = w.trace_id AND i.span_id <> w.span_id
-                 AND i.parent_span_id IS NOT DISTINCT FROM w.parent_span_id
-                 AND w.start_ns <= i.start_ns AND i.end_ns <= w.end_ns
-                 AND (w.start_ns < i.start_ns OR i.end_ns < w.end_ns)
-                 AND i.input_tokens = w.input_tokens)
-        SELECT i.trace_id, i.span_id AS inner_id, i.parent_span_id AS outer_id FROM l i
-        WHERE EXISTS (SELECT 1 FROM l o WHERE o.trace_id = i.trace_id AND o.span_id = i.parent_span_id)
-        UNION SELECT trace_id, inner_id, outer_id FROM sib WHERE inside = 1"""
+    pairs = con.execute(_LLM_PAIRS).fetchall()
+    if not pairs:  # the usual case: no statement more
+        return added
+    inner, outer = [f"{t}:{i}" for t, i, _ in pairs], [f"{t}:{o}" for t, _, o in pairs]
     carried = ", ".join(f"{c} = coalesce(llm_calls.{c}, w.{c})" for c in _CARRIED)
     con.execute(
         f"""UPDATE llm_calls SET {carried}, compacted = llm_calls.compacted OR w.compacted
-            FROM (SELECT p.trace_id, p.inner_id, o.compacted, {", ".join(f"o.{c}" for c in _CARRIED)}
-                  FROM ({pairs}) p JOIN llm_calls o ON o.trace_id = p.trace_id AND o.span_id = p.outer_id) AS w
-            WHERE llm_calls.trace_id = w.trace_id AND llm_calls.span_id = w.inner_id"""
+            FROM (SELECT p.inner_key, o.compacted, {", ".join(f"o.{c}" for c in _CARRIED)}
+                  FROM (SELECT unnest(?::VARCHAR[]) AS inner_key, unnest(?::VARCHAR[]) AS outer_key) p
+                  JOIN llm_calls o ON o.trace_id || ':' || o.span_id = p.outer_key
+                  WHERE o.trace_id IN (SELECT trace_id FROM llm_batch)) AS w
+            WHERE llm_calls.trace_id IN (SELECT trace_id FROM llm_batch)
+              AND llm_calls.trace_id || ':' || llm_calls.span_id = w.inner_key""",
+        [inner, outer],
     )
     row = con.execute(
-        f"""DELETE FROM llm_calls WHERE trace_id IN (SELECT trace_id FROM llm_batch)
-            AND trace_id || ':' || span_id IN (SELECT trace_id || ':' || outer_id FROM ({pairs}))"""
+        """DELETE FROM llm_calls WHERE trace_id IN (SELECT trace_id FROM llm_batch)
+           AND trace_id || ':' || span_id IN (SELECT unnest(?::VARCHAR[]))""",
+        [outer],
     ).fetchone()
     wrappers = int(row[0]) if row else 0
     return added - min(wrappers, added)

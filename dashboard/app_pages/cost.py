@@ -97,6 +97,8 @@ st.dataframe(shown, hide_index=True, width="stretch", column_config={
 })  # fmt: skip
 st.caption(f"Prices taken {costs['prices']['taken']}: {costs['prices']['source']} "
            "Set `TOOLMETER_PRICES` to a JSON file of your own to replace them.")  # fmt: skip
+if costs["no_cache_figures"]:
+    st.caption(f"No cache figures from {', '.join(costs['no_cache_figures'])}: {costs['no_cache_figures_why']}.")
 if costs["unpriced_models"]:
     st.warning(f"No price for {', '.join(costs['unpriced_models'])}: their reads have no money figure. "
                "Add them to a price table (`TOOLMETER_PRICES`).")  # fmt: skip

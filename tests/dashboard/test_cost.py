@@ -40,6 +40,9 @@ def test_the_page_shows_what_the_command_prints(monkeypatch: pytest.MonkeyPatch,
     runs = next(d.value for d in at.dataframe if "runs" in d.value.columns)
     assert set(runs["service"]) == {"support-agent", "sre-agent", "research-agent"}
     assert any("Prices taken" in c.value for c in at.caption)
+    # the samples' model calls report no cached tokens: said, with what would give them
+    assert cli["no_cache_figures"] == sorted(c["model"] for c in overall)
+    assert any("report no cached input tokens" in c.value for c in at.caption)
 
 
 def test_cache_and_clearing_on_the_cost_page_and_the_replay(monkeypatch: pytest.MonkeyPatch, db_path: str) -> None:
