@@ -16,6 +16,7 @@ Usage: ``python benchmarks/bench_receiver.py [--small N] [--large-repeat R]``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -27,6 +28,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import psutil
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
@@ -80,6 +82,17 @@ def _post(url: str, body: bytes) -> None:
             delay = min(delay * 2, 5)
 
 
+def _cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) of the receiver's own process and of its measuring processes."""
+    proc = psutil.Process(pid)
+    own = sum(proc.cpu_times()[:2])
+    workers = 0.0
+    for child in proc.children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            workers += sum(child.cpu_times()[:2])
+    return own, workers
+
+
 def _wait_stored(db: str, rows: int) -> None:
     while True:
         try:
@@ -129,17 +142,19 @@ def run(texts: list[str], label: str) -> None:
         per_request = SPANS_PER_REQUEST if total_mb / len(texts) < 0.01 else 5
         # warm up first, untimed: a receiver runs for days, and its first second (starting its
         # measuring processes, loading the counter) is not its rate
-        warm = texts[: max(len(texts) // 10, per_request * 8)]
+        warm = [t + "\n" for t in texts[: max(len(texts) // 10, per_request * 8)]]  # not the timed ones
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda b: _post(url, b), requests_for(warm, per_request, offset=10_000_000)))
         _wait_stored(db, len(warm))
         bodies = requests_for(texts, per_request, offset=1)
+        cpu0 = _cpu(server.pid)
         t0 = time.perf_counter()
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda b: _post(url, b), bodies))
         accepted_s = time.perf_counter() - t0
         _wait_stored(db, len(warm) + len(texts))
         stored_s = time.perf_counter() - t0
+        cpu1 = _cpu(server.pid)
     finally:
         server.terminate()
         server.wait(timeout=120)
@@ -157,6 +172,11 @@ def run(texts: list[str], label: str) -> None:
                       ("receiver: accepted (spooled, acknowledged)", accepted_s),
                       ("receiver: stored (queryable in DuckDB)", stored_s)):  # fmt: skip
         print(f"   {name:<44} {n / sec:>9,.0f} {total_mb / sec:>7.2f} {total_mb / sec / tik_mbs:>18.2f}x")
+    own, workers = (b - a for a, b in zip(cpu0, cpu1, strict=True))
+    print(
+        f"   CPU per span: receiver process {own / n * 1e6:,.1f} µs, measuring processes "
+        f"{workers / n * 1e6:,.1f} µs (tiktoken's count: {tik_s / n * 1e6:,.1f} µs)"
+    )
 
 
 def main() -> None:
@@ -174,7 +194,9 @@ def main() -> None:
             data = data.split(b"\n", 2)[2]
         large.append(data.decode())
     if large and args.large_repeat:
-        run(large * args.large_repeat, "large results (real payloads)")
+        # each pass's copies differ by trailing spaces: a receiver sees new results, and the
+        # payload store keeps one file per distinct payload (repeats would cost it nothing)
+        run([text + " " * r for r in range(args.large_repeat) for text in large], "large results (real payloads)")
 
 
 if __name__ == "__main__":

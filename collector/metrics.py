@@ -125,6 +125,11 @@ _ATTRIBUTE_KEYS = (
 )
 
 
+METRIC_COLUMNS = ("tool_name", "service_name", "encoding", "view_tokens", "raw_tokens", "truncated", "over_budget",
+                  "status")  # fmt: skip
+"""The columns of a tool row that :meth:`ToolMetrics.record_rows` reads."""
+
+
 def _version() -> str:
     try:
         return importlib.metadata.version("toolmeter")

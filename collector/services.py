@@ -135,6 +135,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # stderr, the receiver's log, instead of ending the process without a word
     with contextlib.suppress(OSError, ValueError, AttributeError):  # a stderr with no file behind it
         faulthandler.enable()
+        # and `kill -USR1` prints them on demand: what a receiver that does not stop is waiting on
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     config = CollectorConfig.resolve(db=args.db, encoding=args.encoding)
     rc = ReceiverConfig(
         host=args.host,

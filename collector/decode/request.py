@@ -62,33 +62,35 @@ def _attrs(items: Any) -> dict[str, Any]:
     return out
 
 
+def _rejection(span: Any, ri: int, si: int, pi: int, source: str) -> Issue | None:
+    """Why the store cannot hold ``span`` (``resource_spans[ri].scope_spans[si].spans[pi]``), if it cannot."""
+    if len(span.trace_id) != 16 or len(span.span_id) != 8:
+        return Issue(
+            source,
+            f"resource_spans[{ri}].scope_spans[{si}].spans[{pi}] has a trace_id of "
+            f"{len(span.trace_id)} bytes and a span_id of {len(span.span_id)} bytes "
+            "(OTLP requires 16 and 8); span rejected",
+            level="error",
+        )
+    if max(span.start_time_unix_nano, span.end_time_unix_nano) > MAX_TIME_NS:
+        return Issue(
+            source,
+            f"resource_spans[{ri}].scope_spans[{si}].spans[{pi}] has a start or end time past "
+            f"{MAX_TIME_NS} ns (year 2262), the latest the store holds; span rejected",
+            level="error",
+        )
+    return None
+
+
 def _spans_from_proto(req: ExportTraceServiceRequest, source: str, decoded: Decoded) -> Iterator[SpanData]:
     for ri, rs in enumerate(req.resource_spans):
         resource = _attrs(rs.resource.attributes)
         for si, ss in enumerate(rs.scope_spans):
             for pi, span in enumerate(ss.spans):
-                if len(span.trace_id) != 16 or len(span.span_id) != 8:
+                problem = _rejection(span, ri, si, pi, source)
+                if problem is not None:
                     decoded.rejected += 1
-                    decoded.issues.append(
-                        Issue(
-                            source,
-                            f"resource_spans[{ri}].scope_spans[{si}].spans[{pi}] has a trace_id of "
-                            f"{len(span.trace_id)} bytes and a span_id of {len(span.span_id)} bytes "
-                            "(OTLP requires 16 and 8); span rejected",
-                            level="error",
-                        )
-                    )
-                    continue
-                if max(span.start_time_unix_nano, span.end_time_unix_nano) > MAX_TIME_NS:
-                    decoded.rejected += 1
-                    decoded.issues.append(
-                        Issue(
-                            source,
-                            f"resource_spans[{ri}].scope_spans[{si}].spans[{pi}] has a start or end time past "
-                            f"{MAX_TIME_NS} ns (year 2262), the latest the store holds; span rejected",
-                            level="error",
-                        )
-                    )
+                    decoded.issues.append(problem)
                     continue
                 yield SpanData(
                     name=span.name,
@@ -130,6 +132,32 @@ def decode_traces(body: bytes, content_type: str, source: str) -> Decoded:
     decoded.rejected = sum(1 for i in decoded.issues if i.level == "error")
     decoded.spans = spans
     return decoded
+
+
+def check_traces(body: bytes, content_type: str, source: str) -> Decoded:
+    """What :func:`decode_traces` rejects of a request, and why, without reading its spans
+    (the receiver answers with it and measures the spans later, elsewhere): a protobuf body is
+    parsed and each span's ids and times checked; a JSON body is decoded, which is its check.
+
+    Raises:
+        InputError: the body is not a decodable request of that content type.
+    """
+    if content_type != PROTOBUF:
+        decoded = decode_traces(body, content_type, source)
+        return Decoded(rejected=decoded.rejected, issues=decoded.issues)
+    try:
+        req = ExportTraceServiceRequest.FromString(body)
+    except DecodeError as e:
+        raise InputError(f"body is not a protobuf ExportTraceServiceRequest ({e})") from e
+    checked = Decoded()
+    for ri, rs in enumerate(req.resource_spans):
+        for si, ss in enumerate(rs.scope_spans):
+            for pi, span in enumerate(ss.spans):
+                problem = _rejection(span, ri, si, pi, source)
+                if problem is not None:
+                    checked.rejected += 1
+                    checked.issues.append(problem)
+    return checked
 
 
 def _json_body(body: bytes) -> Any:

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
+
+import pyarrow as pa
+
+from collector.store import columns
+
+PACKED: Final = ("tool_calls", "payloads")
+"""The tables whose rows a measuring process sends as Arrow tables (:meth:`Batch.pack`)."""
 
 
 @dataclass
 class Batch:
     """Everything one flush writes, in one transaction.
 
-    Rows are dicts keyed by column name (the schemas in :mod:`collector.store.columns`).
+    Rows are dicts keyed by column name (the schemas in :mod:`collector.store.columns`); a
+    measuring process :meth:`pack` s its tool calls and payloads into Arrow tables first.
     """
 
     tool_rows: list[dict[str, Any]] = field(default_factory=list)
@@ -26,6 +34,48 @@ class Batch:
     """(receiver id, spool segment, offset) reached by this batch, committed with it."""
     batch_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     """Identifies the batch across retries of its commit (lake stores; see committed_batches)."""
+    packed: dict[str, list[pa.Table]] = field(default_factory=dict)
+    """Rows already built as Arrow tables, by table name (:data:`PACKED`)."""
+
+    def _rows(self, table: str) -> list[dict[str, Any]]:
+        return self.tool_rows if table == "tool_calls" else self.payload_rows
+
+    def pack(self) -> None:
+        """Turn the tool-call and payload rows into Arrow tables (in a measuring process): they
+        cross to the writer's process as a few buffers to copy rather than thousands of dicts to
+        unpickle, and the writer inserts them as they are (building them took the writer's
+        thread ~14 µs a small span, unpickling the dicts ~9)."""
+        for table in PACKED:
+            rows = self._rows(table)
+            if rows:
+                self.packed.setdefault(table, []).append(columns.table_of(rows, columns.TABLES[table]))
+                rows.clear()
+
+    def arrow(self, table: str) -> pa.Table | None:
+        """The rows of ``table`` (one of :data:`PACKED`) as one Arrow table, packed or not; None: none."""
+        rows = self._rows(table)
+        parts = [columns.table_of(rows, columns.TABLES[table])] if rows else []
+        parts += [t for t in self.packed.get(table, ()) if t.num_rows]  # rows first, as tool_values
+        if not parts:
+            return None
+        return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+
+    def tool_values(self, *names: str) -> list[tuple[Any, ...]]:
+        """The tool calls' values of the columns ``names``, a tuple per call, packed or not."""
+        values = [tuple(row.get(n) for n in names) for row in self.tool_rows]
+        for t in self.packed.get("tool_calls", ()):
+            values += zip(*(t.column(n).to_pylist() for n in names), strict=True)
+        return values
+
+    def tool_dicts(self, *names: str) -> list[dict[str, Any]]:
+        """The tool calls as dicts of the columns ``names`` (all of a row when not packed)."""
+        packed = [dict(zip(names, v, strict=True)) for v in self.tool_values(*names)[len(self.tool_rows) :]]
+        return self.tool_rows + packed
+
+    @property
+    def tool_count(self) -> int:
+        """Tool calls in the batch, packed or not."""
+        return len(self.tool_rows) + sum(int(t.num_rows) for t in self.packed.get("tool_calls", ()))
 
     @property
     def commit_id(self) -> str:
@@ -41,9 +91,11 @@ class Batch:
         self.payload_rows += other.payload_rows
         self.issue_rows += other.issue_rows
         self.message_rows += other.message_rows
+        for table, parts in other.packed.items():
+            self.packed.setdefault(table, []).extend(parts)
 
     def __len__(self) -> int:
-        return len(self.tool_rows) + len(self.llm_rows) + len(self.issue_rows)
+        return self.tool_count + len(self.llm_rows) + len(self.issue_rows)
 
 
 @dataclass(frozen=True)

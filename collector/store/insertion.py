@@ -50,18 +50,14 @@ def insert_new(
 
 
 def _register(con: duckdb.DuckDBPyConnection, name: str, rows: list[dict[str, Any]], schema: pa.Schema) -> None:
-    # keys of a row that are not columns are left out (rows read back for a late join carry
-    # extras), missing ones are null; built a column at a time, which for the ~55 columns of a
-    # tool call is about 1.6x faster than pa.Table.from_pylist (the writer's thread does this)
-    arrays = [pa.array([row.get(f.name) for row in rows], type=f.type) for f in schema]
-    con.register(name, pa.Table.from_arrays(arrays, schema=schema))
+    con.register(name, columns.table_of(rows, schema))
 
 
 def _insert_rows(
-    con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]], keys: tuple[str, ...], lake: bool
+    con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]] | pa.Table, keys: tuple[str, ...], lake: bool
 ) -> int:
     name = f"{table}_batch"
-    _register(con, name, rows, columns.TABLES[table])
+    con.register(name, rows if isinstance(rows, pa.Table) else columns.table_of(rows, columns.TABLES[table]))
     try:
         return insert_new(con, table, name, keys, lake)
     finally:
@@ -75,9 +71,9 @@ def _delete_calls(con: duckdb.DuckDBPyConnection, calls: list[tuple[str, str]]) 
         con.execute(f"DELETE FROM {table} WHERE trace_id || ':' || span_id IN (SELECT unnest(?::VARCHAR[]))", [keys])
 
 
-def _insert_tool_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]], lake: bool) -> int:
+def _insert_tool_rows(con: duckdb.DuckDBPyConnection, rows: pa.Table, lake: bool) -> int:
     """Insert tool calls from ``tool_batch`` (left registered for the window-cost recount)."""
-    _register(con, "tool_batch", rows, columns.TOOL_CALLS)
+    con.register("tool_batch", rows)
     # a call derived from the messages gives way to the tool span of the same call id
     gone = con.execute(
         """SELECT d.trace_id, d.span_id FROM tool_calls d WHERE d.origin = 'messages'
@@ -242,11 +238,12 @@ _UNCLAIMED_VIEWS = """
                       AND t.tool_call_id = m.tool_call_id AND t.origin IS DISTINCT FROM 'messages')"""
 
 
-def _invalidate_rollups(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]]) -> None:
-    """Rolled days these rows (and the window-cost recount they cause) change lose their rollup."""
-    starts = [r["start_ns"] for r in rows if r.get("start_ns") is not None]
-    if starts:
-        rollup.invalidate(con, min(starts) - TRACE_HORIZON_NS, max(starts))
+def _invalidate_rollups(con: duckdb.DuckDBPyConnection, starts: list[int | None]) -> None:
+    """Rolled days the rows that start at ``starts`` (and the window-cost recount they cause)
+    change lose their rollup."""
+    known = [s for s in starts if s is not None]
+    if known:
+        rollup.invalidate(con, min(known) - TRACE_HORIZON_NS, max(known))
 
 
 def _pending_joins(con: duckdb.DuckDBPyConnection, traces: list[str]) -> list[dict[str, Any]]:
@@ -261,26 +258,29 @@ def insert_batch(con: duckdb.DuckDBPyConnection, batch: Batch, lake: bool) -> Wr
     """Insert ``batch`` (in the caller's transaction); returns what went in and what may join now."""
     tools = llms = 0
     registered: list[str] = []
-    if batch.tool_rows:
-        tools = _insert_tool_rows(con, batch.tool_rows, lake)
+    tool_table = batch.arrow("tool_calls")
+    if tool_table is not None:
+        tools = _insert_tool_rows(con, tool_table, lake)
         registered.append("tool_batch")
     if batch.llm_rows:
         llms = _insert_llm_rows(con, batch.llm_rows, lake)
         registered.append("llm_batch")
     if registered:
         update_later_llm_calls(con, registered)
-        _invalidate_rollups(con, batch.tool_rows + batch.llm_rows)
+        starts = tool_table.column("start_ns").to_pylist() if tool_table is not None else []
+        _invalidate_rollups(con, starts + [r.get("start_ns") for r in batch.llm_rows])
     for name in registered:
         con.unregister(name)
-    if batch.payload_rows:
-        _insert_rows(con, "payloads", batch.payload_rows, ("trace_id", "span_id", "kind"), lake)
+    payload_table = batch.arrow("payloads")
+    if payload_table is not None:
+        _insert_rows(con, "payloads", payload_table, ("trace_id", "span_id", "kind"), lake)
     if batch.message_rows:
         _insert_rows(con, "message_views", batch.message_rows, ("trace_id", "tool_call_id"), lake)
     if batch.issue_rows:
         _register(con, "issue_batch", batch.issue_rows, columns.INGEST_ISSUES)
         con.execute("INSERT INTO ingest_issues BY NAME SELECT now()::TIMESTAMP AS logged_at, * FROM issue_batch")
         con.unregister("issue_batch")
-    written = WriteResult(tools, llms, len(batch.tool_rows) - tools + len(batch.llm_rows) - llms)
+    written = WriteResult(tools, llms, batch.tool_count - tools + len(batch.llm_rows) - llms)
     _record_counters(con, batch, lake, written)
     if not batch.join_traces:
         return written
@@ -322,6 +322,6 @@ def replace_tool_rows(
         "WHERE tool_calls.trace_id = b.trace_id AND tool_calls.span_id = b.span_id"
     )
     con.unregister("tool_batch")
-    _invalidate_rollups(con, rows)
+    _invalidate_rollups(con, [r.get("start_ns") for r in rows])
     if payload_rows:
         _insert_rows(con, "payloads", payload_rows, ("trace_id", "span_id", "kind"), lake)

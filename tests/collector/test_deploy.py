@@ -102,7 +102,17 @@ def run_and_stop(argv: list[str], tmp_path: Path, stop_timeout: float) -> list[t
         provider.shutdown()
         _stored_soon(db)
         proc.send_signal(signal.SIGTERM)  # what systemd and the kubelet send
-        assert proc.wait(timeout=stop_timeout) == 0
+        try:
+            code = proc.wait(timeout=stop_timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # serve prints every thread's stack
+            time.sleep(2)
+            proc.kill()
+            output = proc.communicate(timeout=30)[0].decode(errors="replace")
+            raise AssertionError(
+                f"serve did not stop within {stop_timeout:.0f} s of SIGTERM:\n{output[-20000:]}"
+            ) from None
+        assert code == 0
     finally:
         if proc.poll() is None:
             proc.kill()

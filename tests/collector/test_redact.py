@@ -476,3 +476,24 @@ def test_from_env_accepts_a_mapping() -> None:
 
 def test_secret_is_a_plain_tuple(redactor: Redactor) -> None:
     assert redactor.find(b"k=" + AWS_ID.encode()) == [Secret(2, 22, "aws_access_key_id")]
+
+
+def test_a_batch_of_small_payloads_is_screened_together_with_the_same_result(redactor: Redactor) -> None:
+    # every kind's case, the ordinary texts that must stay, and clean rows: enough to be screened
+    # in one RE2 call, and cut into several calls
+    texts = [text for _, text, _ in CASES] + NOT_SECRETS + [json.dumps({"id": i, "status": "paid"}) for i in range(90)]
+    datas = [t.encode() for t in texts] * 2
+    assert len(datas) >= redact.SCREEN_MIN_PAYLOADS
+    one_by_one = [redactor.redact_bytes_same_length(d) for d in datas]
+    assert redactor.redact_many_same_length(datas) == one_by_one
+    assert sum(n for _, n in one_by_one) >= 2 * len(CASES)  # the batch held secrets to find
+
+
+def test_a_batch_screen_keeps_extra_patterns_scanned(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redact, "SCREEN_CHUNK", 16)  # several RE2 calls
+    custom = Redactor(extra_patterns={"acme_key": r"acme_[0-9a-f]{8}"})
+    datas = [f'{{"row": {i}}}'.encode() for i in range(100)] + [b'{"key": "acme_0123abcd"}']
+    cleaned = custom.redact_many_same_length(datas)
+    assert cleaned[:100] == [(d, 0) for d in datas[:100]]
+    assert cleaned[100][1] == 1 and b"acme_0123abcd" not in cleaned[100][0]
+    assert len(cleaned[100][0]) == len(datas[100])

@@ -116,3 +116,26 @@ def test_lake_ddl_has_the_same_columns(file_con: duckdb.DuckDBPyConnection) -> N
         assert keys == (0,), "the lake DDL still has keys or NOT NULL"
     finally:
         lake.close()
+
+
+def test_a_packed_batch_reads_as_the_rows_it_was_made_of() -> None:
+    from collector.store.batch import Batch
+
+    rows = [{"trace_id": f"t{i}", "span_id": f"s{i}", "view_source": "raw" if i % 2 else "view", "start_ns": i,
+             "warnings": ["w"], "extra_key": "left out"} for i in range(5)]  # fmt: skip
+    payloads = [{"trace_id": "t0", "span_id": "s0", "kind": "raw", "inline": b"{}", "total_bytes": 2}]
+    packed = Batch(tool_rows=[dict(r) for r in rows], payload_rows=[dict(p) for p in payloads])
+    packed.pack()
+    assert packed.tool_rows == [] and packed.payload_rows == [] and packed.tool_count == 5 and len(packed) == 5
+    plain = Batch(tool_rows=[dict(r) for r in rows[:2]])
+    plain.extend(packed)  # rows of the writer's own threads beside a measuring process's tables
+    assert plain.tool_count == 7
+    table = plain.arrow("tool_calls")
+    assert table is not None and table.schema == columns.TOOL_CALLS and table.num_rows == 7
+    assert table.column("span_id").to_pylist() == ["s0", "s1", "s0", "s1", "s2", "s3", "s4"]
+    assert table.column("warnings").to_pylist()[0] == ["w"]
+    assert plain.tool_values("trace_id", "view_source")[2:] == [(r["trace_id"], r["view_source"]) for r in rows]
+    assert plain.tool_dicts("trace_id")[3] == {"trace_id": "t1"}
+    loaded = plain.arrow("payloads")
+    assert loaded is not None and loaded.column("inline").to_pylist() == [b"{}"]
+    assert Batch().arrow("tool_calls") is None
