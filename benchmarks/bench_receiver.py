@@ -186,7 +186,8 @@ def main() -> None:
     args = parser.parse_args()
     small = [json.dumps([{"id": i * 10 + k, "status": "paid", "amount": round(k * 3.7, 2), "region": "north"}
                          for k in range(14)]) for i in range(args.small)]  # fmt: skip
-    run(small, "small results (~1 KB)")
+    if small:
+        run(small, "small results (~1 KB)")
     large = []
     for path in sorted(REALWORLD.glob("*")):
         data = path.read_bytes()

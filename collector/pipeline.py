@@ -9,7 +9,6 @@ One bad span never costs the rest of its batch: it becomes an ``ingest_issues`` 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import socket
@@ -38,7 +37,7 @@ from collector.measure.tokens import TokenCounter
 from collector.metrics import METRIC_COLUMNS, ToolMetrics
 from collector.model import LOG, Issue, Item, ToolCall
 from collector.store.database import Batch, Store, WriteResult
-from collector.store.payloads import PayloadStore, payload_dir
+from collector.store.payloads import INLINE_MAX_BYTES, PayloadStore, payload_dir, payload_row
 
 logger = logging.getLogger("toolmeter")
 
@@ -58,38 +57,6 @@ class Counters:
     """Requests a receiver answered 503 because its queue was full (the client retries)."""
     metric_requests: int = 0
     """OTLP metrics requests a receiver answered and discarded (``/v1/metrics``)."""
-
-
-INLINE_MAX_BYTES = 16 * 1024
-"""Payloads up to this size are kept in DuckDB itself: a file per small payload costs more
-than the payload (most tool results are small); large ones go to the payload store."""
-
-
-def payload_row(
-    payloads: PayloadStore | None, trace_id: str, span_id: str, kind: str, data: bytes, cap: int
-) -> dict[str, Any]:
-    """Store a payload (whole up to ``cap`` bytes, else head and tail) and return its row.
-
-    With no payload store (a DuckLake store keeps no files beside it), every payload is inline.
-    """
-    cut = len(data) > cap
-    head = cap // 2 if cut else len(data)
-    tail = cap - head if cut else 0
-    stored = data[:head] + data[len(data) - tail :] if cut else data
-    inline = payloads is None or len(stored) <= INLINE_MAX_BYTES
-    blob_id = None if inline or payloads is None else payloads.put(stored)
-    return {
-        "trace_id": trace_id,
-        "span_id": span_id,
-        "kind": kind,
-        "total_bytes": len(data),
-        "sha256": blob_id if blob_id and not cut else hashlib.sha256(data).hexdigest(),
-        "cut": cut,
-        "head_bytes": head,
-        "tail_bytes": tail,
-        "blob_id": blob_id,
-        "inline": stored if inline else None,
-    }
 
 
 class Pipeline:

@@ -126,6 +126,10 @@ def _serve_metrics(host: str, port: int) -> None:
     print(f"toolmeter metrics for Prometheus on http://{host}:{port}/metrics", flush=True)
 
 
+SIGNAL_CHECK_S = 0.25
+"""How often ``serve``'s main thread wakes to run a signal handler another thread received."""
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from collector.alerts.rules import load_rules
     from collector.serve.receiver import ReceiverConfig, RunningReceiver
@@ -191,7 +195,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"toolmeter receiving OTLP/HTTP on {running.url}{grpc_note}; store {redact(config.db)}", flush=True)
     print(f"point agents at it: OTEL_EXPORTER_OTLP_ENDPOINT={running.url}", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
-        stop.wait()
+        # a timed wait, never a bare one: the kernel may hand SIGTERM to any of our threads (DuckDB's,
+        # the HTTP loop's), and Python runs the handler on the main thread only when it next runs
+        # bytecode; blocked in an untimed wait it never would, and the receiver never stopped
+        while not stop.wait(SIGNAL_CHECK_S):
+            pass
     print("stopping: writing what is queued ...", flush=True)
     stop.set()
     running.stop()

@@ -20,6 +20,7 @@ import hashlib
 import os
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 import duckdb
 
@@ -120,3 +121,35 @@ def load_payload(
     total, cut, head_bytes, _tail_bytes, blob_id, sha, inline = row
     data = bytes(inline) if inline is not None else PayloadStore(payload_dir(db_path)).get(blob_id)
     return Payload(total_bytes=total, cut=bool(cut), head=data[:head_bytes], tail=data[head_bytes:], sha256=sha)
+
+
+INLINE_MAX_BYTES = 16 * 1024
+"""Payloads up to this size are kept in DuckDB itself: a file per small payload costs more
+than the payload (most tool results are small); large ones go to the payload store."""
+
+
+def payload_row(
+    payloads: PayloadStore | None, trace_id: str, span_id: str, kind: str, data: bytes, cap: int
+) -> dict[str, Any]:
+    """Store a payload (whole up to ``cap`` bytes, else head and tail) and return its row.
+
+    With no payload store (a DuckLake store keeps no files beside it), every payload is inline.
+    """
+    cut = len(data) > cap
+    head = cap // 2 if cut else len(data)
+    tail = cap - head if cut else 0
+    stored = data[:head] + data[len(data) - tail :] if cut else data
+    inline = payloads is None or len(stored) <= INLINE_MAX_BYTES
+    blob_id = None if inline or payloads is None else payloads.put(stored)
+    return {
+        "trace_id": trace_id,
+        "span_id": span_id,
+        "kind": kind,
+        "total_bytes": len(data),
+        "sha256": blob_id if blob_id and not cut else hashlib.sha256(data).hexdigest(),
+        "cut": cut,
+        "head_bytes": head,
+        "tail_bytes": tail,
+        "blob_id": blob_id,
+        "inline": stored if inline else None,
+    }
