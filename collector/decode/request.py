@@ -82,35 +82,43 @@ def _rejection(span: Any, ri: int, si: int, pi: int, source: str) -> Issue | Non
     return None
 
 
-def _spans_from_proto(req: ExportTraceServiceRequest, source: str, decoded: Decoded) -> Iterator[SpanData]:
+def _storable(req: ExportTraceServiceRequest, source: str, decoded: Decoded) -> Iterator[tuple[int, Any, Any]]:
+    """(index of its resource spans, they, span) of each span the store can hold; the others are
+    counted in ``decoded``."""
     for ri, rs in enumerate(req.resource_spans):
-        resource = _attrs(rs.resource.attributes)
         for si, ss in enumerate(rs.scope_spans):
             for pi, span in enumerate(ss.spans):
                 problem = _rejection(span, ri, si, pi, source)
-                if problem is not None:
+                if problem is None:
+                    yield ri, rs, span
+                else:
                     decoded.rejected += 1
                     decoded.issues.append(problem)
-                    continue
-                yield SpanData(
-                    name=span.name,
-                    trace_id=span.trace_id.hex(),
-                    span_id=span.span_id.hex(),
-                    parent_span_id=span.parent_span_id.hex() if len(span.parent_span_id) == 8 else None,
-                    start_ns=span.start_time_unix_nano,
-                    end_ns=span.end_time_unix_nano or span.start_time_unix_nano,
-                    attributes=_attrs(span.attributes),
-                    resource=resource,
-                    status_code=_STATUS.get(span.status.code, "unset"),
-                    status_message=span.status.message or None,
-                    dropped_attributes=span.dropped_attributes_count,
-                    source=source,
-                    events=gen_ai_events(
-                        (e.name, _attrs(e.attributes)) for e in span.events if e.name.startswith("gen_ai.")
-                    )
-                    if span.events
-                    else (),
-                )
+
+
+def _spans_from_proto(req: ExportTraceServiceRequest, source: str, decoded: Decoded) -> Iterator[SpanData]:
+    resources: dict[int, dict[str, Any]] = {}
+    for ri, rs, span in _storable(req, source, decoded):
+        resource = resources.get(ri)
+        if resource is None:
+            resource = resources[ri] = _attrs(rs.resource.attributes)
+        yield SpanData(
+            name=span.name,
+            trace_id=span.trace_id.hex(),
+            span_id=span.span_id.hex(),
+            parent_span_id=span.parent_span_id.hex() if len(span.parent_span_id) == 8 else None,
+            start_ns=span.start_time_unix_nano,
+            end_ns=span.end_time_unix_nano or span.start_time_unix_nano,
+            attributes=_attrs(span.attributes),
+            resource=resource,
+            status_code=_STATUS.get(span.status.code, "unset"),
+            status_message=span.status.message or None,
+            dropped_attributes=span.dropped_attributes_count,
+            source=source,
+            events=gen_ai_events((e.name, _attrs(e.attributes)) for e in span.events if e.name.startswith("gen_ai."))
+            if span.events
+            else (),
+        )
 
 
 def decode_traces(body: bytes, content_type: str, source: str) -> Decoded:
@@ -150,13 +158,8 @@ def check_traces(body: bytes, content_type: str, source: str) -> Decoded:
     except DecodeError as e:
         raise InputError(f"body is not a protobuf ExportTraceServiceRequest ({e})") from e
     checked = Decoded()
-    for ri, rs in enumerate(req.resource_spans):
-        for si, ss in enumerate(rs.scope_spans):
-            for pi, span in enumerate(ss.spans):
-                problem = _rejection(span, ri, si, pi, source)
-                if problem is not None:
-                    checked.rejected += 1
-                    checked.issues.append(problem)
+    for _ in _storable(req, source, checked):
+        pass
     return checked
 
 
