@@ -150,15 +150,19 @@ def check_traces(body: bytes, content_type: str, source: str) -> Decoded:
     Raises:
         InputError: the body is not a decodable request of that content type.
     """
+    return _check(body, content_type, source, ExportTraceServiceRequest, _storable, decode_traces)
+
+
+def _check(body: bytes, content_type: str, source: str, message: Any, storable: Any, decode: Any) -> Decoded:
     if content_type != PROTOBUF:
-        decoded = decode_traces(body, content_type, source)
+        decoded = decode(body, content_type, source)
         return Decoded(rejected=decoded.rejected, issues=decoded.issues)
     try:
-        req = ExportTraceServiceRequest.FromString(body)
+        req = message.FromString(body)
     except DecodeError as e:
-        raise InputError(f"body is not a protobuf ExportTraceServiceRequest ({e})") from e
+        raise InputError(f"body is not a protobuf {message.__name__} ({e})") from e
     checked = Decoded()
-    for _ in _storable(req, source, checked):
+    for _ in storable(req, source, checked):
         pass
     return checked
 
@@ -179,6 +183,35 @@ def _json_body(body: bytes) -> Any:
     return doc
 
 
+def _storable_records(req: ExportLogsServiceRequest, source: str, decoded: Decoded) -> Iterator[tuple[int, Any, Any]]:
+    """(index of its resource logs, they, record) of each log record the store can hold; the
+    others are counted in ``decoded``."""
+    for ri, rl in enumerate(req.resource_logs):
+        for sl in rl.scope_logs:
+            for rec in sl.log_records:
+                if max(rec.time_unix_nano, rec.observed_time_unix_nano) <= MAX_TIME_NS:
+                    yield ri, rl, rec
+                    continue
+                decoded.rejected += 1
+                decoded.issues.append(
+                    Issue(
+                        source,
+                        f"a log record's time is past {MAX_TIME_NS} ns (year 2262), the latest the store holds; rejected",
+                        level="error",
+                    )
+                )
+
+
+def check_logs(body: bytes, content_type: str, source: str) -> Decoded:
+    """What :func:`decode_logs` rejects of a request, and why, without reading its records (as
+    :func:`check_traces` for spans).
+
+    Raises:
+        InputError: the body is not a decodable request of that content type.
+    """
+    return _check(body, content_type, source, ExportLogsServiceRequest, _storable_records, decode_logs)
+
+
 def decode_logs(body: bytes, content_type: str, source: str) -> Decoded:
     """Decode an ``ExportLogsServiceRequest`` into :class:`LogData` records.
 
@@ -191,33 +224,23 @@ def decode_logs(body: bytes, content_type: str, source: str) -> Decoded:
             req = ExportLogsServiceRequest.FromString(body)
         except DecodeError as e:
             raise InputError(f"body is not a protobuf ExportLogsServiceRequest ({e})") from e
-        for rl in req.resource_logs:
-            resource = _attrs(rl.resource.attributes)
-            for sl in rl.scope_logs:
-                for rec in sl.log_records:
-                    if max(rec.time_unix_nano, rec.observed_time_unix_nano) > MAX_TIME_NS:
-                        decoded.rejected += 1
-                        decoded.issues.append(
-                            Issue(
-                                source,
-                                f"a log record's time is past {MAX_TIME_NS} ns (year 2262), the latest "
-                                "the store holds; rejected",
-                                level="error",
-                            )
-                        )
-                        continue
-                    decoded.logs.append(
-                        LogData(
-                            time_ns=rec.time_unix_nano or rec.observed_time_unix_nano,
-                            attributes=_attrs(rec.attributes),
-                            body=_value(rec.body),
-                            event_name=rec.event_name or None,
-                            trace_id=rec.trace_id.hex() if len(rec.trace_id) == 16 else None,
-                            span_id=rec.span_id.hex() if len(rec.span_id) == 8 else None,
-                            resource=resource,
-                            source=source,
-                        )
-                    )
+        resources: dict[int, dict[str, Any]] = {}
+        for ri, rl, rec in _storable_records(req, source, decoded):
+            resource = resources.get(ri)
+            if resource is None:
+                resource = resources[ri] = _attrs(rl.resource.attributes)
+            decoded.logs.append(
+                LogData(
+                    time_ns=rec.time_unix_nano or rec.observed_time_unix_nano,
+                    attributes=_attrs(rec.attributes),
+                    body=_value(rec.body),
+                    event_name=rec.event_name or None,
+                    trace_id=rec.trace_id.hex() if len(rec.trace_id) == 16 else None,
+                    span_id=rec.span_id.hex() if len(rec.span_id) == 8 else None,
+                    resource=resource,
+                    source=source,
+                )
+            )
         return decoded
     doc = _json_body(body)
     if "resourceLogs" not in doc:

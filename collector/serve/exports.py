@@ -21,7 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from collector.decode.request import JSON, PROTOBUF, Decoded, check_traces, decode_logs
+from collector.decode.request import JSON, PROTOBUF, Decoded, check_logs, check_traces
 from collector.errors import InputError, StoreError
 from collector.serve import spool as S
 
@@ -74,16 +74,11 @@ def busy() -> Answer:
 def export(receiver: Receiver, path: str, body: bytes, content_type: str) -> Answer:
     """Check ``body``, spool it and say what to answer (blocking: call it off the event loop).
 
-    Spans are checked, not read: the measuring processes decode them from the spool (reading
-    every attribute here as well cost this process ~10 µs a small span for nothing)."""
+    Spans and log records are checked, not read: the measuring processes decode them from the
+    spool (reading every attribute here as well cost this process ~10 µs a small span for nothing)."""
+    check = check_traces if path == TRACES else check_logs
     try:
-        if path == TRACES:
-            decoded = check_traces(body, content_type, "otlp")
-        else:
-            found = decode_logs(body, content_type, "otlp")
-            # the answer needs the rejections only; the decoded payloads would stay alive (as
-            # large as the body) while it is spooled
-            decoded = Decoded(rejected=found.rejected, issues=found.issues)
+        decoded = check(body, content_type, "otlp")
     except InputError as e:
         return Answer(400, code_pb2.INVALID_ARGUMENT, str(e))
     try:

@@ -62,15 +62,17 @@ class Batch:
 
     def tool_values(self, *names: str) -> list[tuple[Any, ...]]:
         """The tool calls' values of the columns ``names``, a tuple per call, packed or not."""
-        values = [tuple(row.get(n) for n in names) for row in self.tool_rows]
-        for t in self.packed.get("tool_calls", ()):
-            values += zip(*(t.column(n).to_pylist() for n in names), strict=True)
-        return values
+        return [tuple(row.get(n) for n in names) for row in self.tool_rows] + self._packed_values(names)
 
     def tool_dicts(self, *names: str) -> list[dict[str, Any]]:
         """The tool calls as dicts of the columns ``names`` (all of a row when not packed)."""
-        packed = [dict(zip(names, v, strict=True)) for v in self.tool_values(*names)[len(self.tool_rows) :]]
-        return self.tool_rows + packed
+        return self.tool_rows + [dict(zip(names, v, strict=True)) for v in self._packed_values(names)]
+
+    def _packed_values(self, names: tuple[str, ...]) -> list[tuple[Any, ...]]:
+        values: list[tuple[Any, ...]] = []
+        for t in self.packed.get("tool_calls", ()):
+            values += zip(*(t.column(n).to_pylist() for n in names), strict=True)
+        return values
 
     @property
     def tool_count(self) -> int:

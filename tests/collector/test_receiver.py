@@ -353,3 +353,25 @@ def test_write_failures_are_logged_once_with_a_traceback_then_in_a_line(serve, d
     assert "still cannot write (2 tries)" in records[1].getMessage()
     assert "writes again after 2 failed tries" in records[2].getMessage()
     assert stored(db_path)[0][0] == 100
+
+
+def test_the_receivers_check_rejects_what_decoding_rejects() -> None:
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+
+    from collector.decode.request import PROTOBUF, check_logs, check_traces, decode_logs, decode_traces
+
+    spans = [Span(trace_id=b"t" * 16, span_id=b"s" * 8, name="ok"), Span(trace_id=b"t" * 3, span_id=b"s" * 8),
+             Span(trace_id=b"t" * 16, span_id=b"u" * 8, start_time_unix_nano=2**64 - 1)]  # fmt: skip
+    traces = ExportTraceServiceRequest(resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=spans)])])
+    logs = ExportLogsServiceRequest(resource_logs=[ResourceLogs(scope_logs=[ScopeLogs(log_records=[
+        LogRecord(time_unix_nano=1), LogRecord(time_unix_nano=2**64 - 1)])])])  # fmt: skip
+    for check, decode, body in ((check_traces, decode_traces, traces), (check_logs, decode_logs, logs)):
+        checked = check(body.SerializeToString(), PROTOBUF, "otlp")
+        decoded = decode(body.SerializeToString(), PROTOBUF, "otlp")
+        assert checked.rejected == decoded.rejected == (2 if body is traces else 1)
+        assert checked.rejection_message() == decoded.rejection_message() != ""
+        assert checked.spans == [] and checked.logs == []
+    assert [s.name for s in decode_traces(traces.SerializeToString(), PROTOBUF, "otlp").spans] == ["ok"]
