@@ -39,6 +39,8 @@ from collector.store.database import read_connection
 ROOT = Path(__file__).resolve().parent.parent
 REALWORLD = Path(os.environ.get("TOOLMETER_REALWORLD", ROOT.parent / "shared" / "realworld" / "payloads"))
 SPANS_PER_REQUEST = 100
+# an hour ago: spans older than the retention window (30 days by default) are pruned on arrival
+START_NS = time.time_ns() - 3600 * 10**9
 
 
 def _kv(key: str, value: str) -> KeyValue:
@@ -52,7 +54,7 @@ def requests_for(texts: list[str], per_request: int, offset: int) -> list[bytes]
         for i, text in enumerate(texts[start : start + per_request], start=start + offset):
             spans.append(Span(
                 trace_id=i.to_bytes(16, "big"), span_id=(i + 1).to_bytes(8, "big"), name="execute_tool t",
-                start_time_unix_nano=1_764_000_000_000_000_000 + i, end_time_unix_nano=1_764_000_000_000_000_000 + i + 1,
+                start_time_unix_nano=START_NS + i, end_time_unix_nano=START_NS + i + 1,
                 attributes=[_kv("gen_ai.operation.name", "execute_tool"), _kv("gen_ai.tool.name", "t"),
                             _kv("gen_ai.tool.call.result", text)],
             ))  # fmt: skip

@@ -59,7 +59,8 @@ from collector.store.database import read_connection
 
 ROOT = Path(__file__).resolve().parent.parent
 FUZZ_FILE = "tests/collector/test_fuzz.py"
-START_NS = 1_764_000_000_000_000_000
+# an hour ago: spans older than the retention window (30 days by default) are pruned on arrival
+START_NS = time.time_ns() - 3600 * 10**9
 
 
 # --- part 1: the fuzz properties --------------------------------------------------------------

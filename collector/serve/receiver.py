@@ -214,17 +214,18 @@ class Receiver:
         # of the next batch, while the last of this one is written): the writer and the workers
         # work at the same time instead of in turn
         slices, measuring = self._take_prefetched(records)
-        for i, part in enumerate(slices):
-            batch = measuring()
-            if i + 1 < len(slices):
-                measuring = self._start_measuring(slices[i + 1])
-            else:
-                self._prefetch()
-            last = part[-1]
-            batch.progress = (self.receiver_id, last[0], last[1])
-            self.pipeline.write(batch, queued=self._worker.queued)
-            self._stored = (last[0], last[1])
-            self.spool.release(last[0])
+        with self.pipeline.store.holding():  # one open and closing checkpoint for the slices
+            for i, part in enumerate(slices):
+                batch = measuring()
+                if i + 1 < len(slices):
+                    measuring = self._start_measuring(slices[i + 1])
+                else:
+                    self._prefetch()
+                last = part[-1]
+                batch.progress = (self.receiver_id, last[0], last[1])
+                self.pipeline.write(batch, queued=self._worker.queued)
+                self._stored = (last[0], last[1])
+                self.spool.release(last[0])
 
     def _take_prefetched(self, records: list[Record]) -> tuple[list[list[Record]], Callable[[], Batch]]:
         """The slices of ``records`` and the measuring of the first, started already when the

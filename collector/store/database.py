@@ -1,10 +1,11 @@
 """The DuckDB store: who owns the file, and how batches get in whole.
 
 DuckDB lets one process hold a database file for writing, and while it does, no other
-process can open it, not even read-only. toolmeter therefore never keeps the file open:
+process can open it, not even read-only. toolmeter therefore never keeps the file open for long:
 
 * the writer opens the file, inserts one batch in one transaction, and closes it again,
-  about once a second (:meth:`Store.write`);
+  about once a second (:meth:`Store.write`); a writer with a backlog keeps it open over
+  several batches (:meth:`Store.holding`), for at most :data:`HOLD_MAX_S` at a time;
 * readers (the dashboard, ``toolmeter top``) open it read-only per query and retry
   while a writer holds it (:func:`read_connection`).
 
@@ -40,7 +41,8 @@ import os
 import random
 import re
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import duckdb
@@ -88,6 +90,9 @@ logger = logging.getLogger("toolmeter")
 _T = TypeVar("_T")
 
 LAKE_COMMIT_ATTEMPTS = 8
+HOLD_MAX_S = 1.0
+"""Longest a writer keeps the file open across writes (:meth:`Store.holding`): then it closes
+it after the write in hand, so a reader waiting for the lock gets in."""
 """Tries of one lake commit before :meth:`Store.write` gives the batch back to its caller."""
 
 _TRANSIENT = re.compile(
@@ -105,7 +110,8 @@ def _transient(e: duckdb.Error) -> bool:
 
 
 class Store:
-    """Writes batches into one DuckDB file (opened only for the length of a batch) or a DuckLake.
+    """Writes batches into one DuckDB file (opened only for the length of a batch, or of
+    :meth:`holding`) or a DuckLake.
 
     A write waits for the file's lock (up to ``lock_wait_s``) or retries a failed lake commit
     (up to :data:`LAKE_COMMIT_ATTEMPTS` times, backing off). Both waits end early when
@@ -128,6 +134,10 @@ class Store:
         self.stop: threading.Event | None = stop
         """Set it to abandon the retries of a write in progress (see the class docstring)."""
         self._schema_ready = False
+        self._holder: int | None = None
+        """The thread (ident) inside :meth:`holding`; only its writes use the held connection."""
+        self._held: duckdb.DuckDBPyConnection | None = None
+        self._held_since = 0.0
         self.lake: L.LakeSpec | None = L.LakeSpec.parse(self.path) if L.is_lake(self.path) else None
         self.commit_retries = 0
         """Lake commits that failed and were tried again (shown in the collector's counters)."""
@@ -155,21 +165,63 @@ class Store:
             con.close()
         self._schema_ready = True
 
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Keep the file open for this thread's writes inside the ``with``: one open and one
+        closing checkpoint for several writes, instead of one each (together about half of a
+        small write's cost). Each write is still its own transaction, committed when it
+        returns. Readers wait meanwhile, so the file is closed again after a write once it has
+        been held :data:`HOLD_MAX_S`, and at the end of the ``with``. Other threads' writes
+        (retention, rollups) open the file themselves and wait for it, as they would for
+        another process. A lake is attached once per process anyway: nothing changes there.
+        """
+        if self.lake is not None or self._holder is not None:
+            yield
+            return
+        self._holder = threading.get_ident()
+        try:
+            yield
+        finally:
+            self._holder = None
+            self._release()
+
+    def _release(self) -> None:
+        con, self._held = self._held, None
+        if con is not None:
+            with contextlib.suppress(duckdb.Error):
+                con.close()
+
+    def _open(self) -> tuple[duckdb.DuckDBPyConnection, bool]:
+        """A connection for one write, and whether it is the held one (left open after it)."""
+        if self._holder != threading.get_ident():
+            return connect(self.path, read_only=False, wait_s=self.lock_wait_s, stop=self.stop), False
+        if self._held is None:
+            self._held = connect(self.path, read_only=False, wait_s=self.lock_wait_s, stop=self.stop)
+            self._held_since = time.monotonic()
+        return self._held, True
+
     def _transaction(self, work: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:
         """Run ``work(con)`` in one transaction: once on a file, retried on a lake."""
         if self.lake is not None:
             return self._lake_transaction(work)
-        con = connect(self.path, read_only=False, wait_s=self.lock_wait_s, stop=self.stop)
+        con, held = self._open()
+        ok = False
         try:
             if not self._schema_ready:
                 con.execute(schema_sql())
                 self._schema_ready = True
             with transaction(con):
-                return work(con)
+                result = work(con)
+            ok = True
+            return result
         except duckdb.Error as e:
             raise StoreError(f"cannot write to the toolmeter store {self.path}: {e}") from e
         finally:
-            con.close()
+            if not held:
+                con.close()
+            elif not ok or time.monotonic() - self._held_since >= HOLD_MAX_S:
+                # a failed write may leave the connection unusable: the next one opens afresh
+                self._release()
 
     def _lake_transaction(self, work: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:
         assert self.lake is not None

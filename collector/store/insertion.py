@@ -13,6 +13,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from collector.store import columns, rollup
 from collector.store.batch import Batch, WriteResult
@@ -20,6 +21,8 @@ from collector.store.connection import rows_as_dicts
 from collector.store.windowcost import TRACE_HORIZON_NS, update_later_llm_calls
 
 _WITH_START_TIME = "*, make_timestamp(start_ns // 1000) AS start_time"
+_TOOL_ROW = f"{_WITH_START_TIME}, 0 AS later_llm_calls"
+"""A tool row's derived columns as it goes in: read by no model call until the recount finds one."""
 
 
 def insert_new(
@@ -74,16 +77,22 @@ def _delete_calls(con: duckdb.DuckDBPyConnection, calls: list[tuple[str, str]]) 
 def _insert_tool_rows(con: duckdb.DuckDBPyConnection, rows: pa.Table, lake: bool) -> int:
     """Insert tool calls from ``tool_batch`` (left registered for the window-cost recount)."""
     con.register("tool_batch", rows)
-    # a call derived from the messages gives way to the tool span of the same call id
-    gone = con.execute(
-        """SELECT d.trace_id, d.span_id FROM tool_calls d WHERE d.origin = 'messages'
+    # a call derived from the messages gives way to the tool span of the same call id (none
+    # can when no row of the batch is a tool span with a call id: the query is skipped)
+    ids, origins = rows.column("tool_call_id"), rows.column("origin")
+    spans_with_ids = pc.any(pc.and_(pc.is_valid(ids), pc.not_equal(origins, "messages"))).as_py()
+    gone = (
+        spans_with_ids
+        and con.execute(
+            """SELECT d.trace_id, d.span_id FROM tool_calls d WHERE d.origin = 'messages'
            AND d.trace_id IN (SELECT trace_id FROM tool_batch WHERE tool_call_id IS NOT NULL)
            AND EXISTS (SELECT 1 FROM tool_batch b
                        WHERE b.trace_id = d.trace_id AND b.tool_call_id = d.tool_call_id AND b.origin <> 'messages')"""
-    ).fetchall()
+        ).fetchall()
+    )
     if gone:
         _delete_calls(con, [(t, sp) for t, sp in gone])
-    added = insert_new(con, "tool_calls", "tool_batch", ("trace_id", "span_id"), lake, _WITH_START_TIME, by_start=True)
+    added = insert_new(con, "tool_calls", "tool_batch", ("trace_id", "span_id"), lake, _TOOL_ROW, by_start=True)
     return added - min(_merge_nested(con), added)
 
 
@@ -208,7 +217,8 @@ def _record_counters(con: duckdb.DuckDBPyConnection, batch: Batch, lake: bool, w
 
 
 _VIEWED_TRACES = "SELECT DISTINCT trace_id FROM message_views WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))"
-# the payloads are looked up for the calls found, not joined to the table: a join let the
+# the stored calls of the viewed traces still measured against their raw result whose view is
+# now stored; the payloads are looked up for the calls found, not joined to the table: a join let the
 # planner scan every stored payload (0.47 s a flush at 750,000 calls, growing with the store)
 _PENDING_JOINS = """
     WITH c AS MATERIALIZED (
@@ -246,14 +256,6 @@ def _invalidate_rollups(con: duckdb.DuckDBPyConnection, starts: list[int | None]
         rollup.invalidate(con, min(known) - TRACE_HORIZON_NS, max(known))
 
 
-def _pending_joins(con: duckdb.DuckDBPyConnection, traces: list[str]) -> list[dict[str, Any]]:
-    """The stored calls of ``traces`` still measured against their raw result whose view is now stored."""
-    viewed = [row[0] for row in con.execute(_VIEWED_TRACES, [traces]).fetchall()]
-    if not viewed:
-        return []
-    return rows_as_dicts(con.execute(_PENDING_JOINS, [viewed, viewed, viewed]))
-
-
 def insert_batch(con: duckdb.DuckDBPyConnection, batch: Batch, lake: bool) -> WriteResult:
     """Insert ``batch`` (in the caller's transaction); returns what went in and what may join now."""
     tools = llms = 0
@@ -284,9 +286,12 @@ def insert_batch(con: duckdb.DuckDBPyConnection, batch: Batch, lake: bool) -> Wr
     _record_counters(con, batch, lake, written)
     if not batch.join_traces:
         return written
-    # read in the same transaction as the write: the late join sees exactly what is stored
-    traces = [batch.join_traces]
-    unclaimed = rows_as_dicts(con.execute(_UNCLAIMED_VIEWS, traces))
+    # read in the same transaction as the write: the late join sees exactly what is stored;
+    # both joins start from a view of the message inputs, so traces without one need neither
+    viewed = [row[0] for row in con.execute(_VIEWED_TRACES, [batch.join_traces]).fetchall()]
+    if not viewed:
+        return written
+    unclaimed = rows_as_dicts(con.execute(_UNCLAIMED_VIEWS, [viewed]))
     # id-less calls are matched to the views no call claims, of their own trace only: read
     # them for those traces (none, usually), not for every trace the batch touched
     claiming = sorted({v["trace_id"] for v in unclaimed})
@@ -294,7 +299,7 @@ def insert_batch(con: duckdb.DuckDBPyConnection, batch: Batch, lake: bool) -> Wr
         written.tool_calls,
         written.llm_calls,
         written.duplicates,
-        pending_joins=_pending_joins(con, batch.join_traces),
+        pending_joins=rows_as_dicts(con.execute(_PENDING_JOINS, [viewed, viewed, viewed])),
         idless_calls=rows_as_dicts(con.execute(_IDLESS_CALLS, [claiming])) if claiming else [],
         unclaimed_views=unclaimed,
     )

@@ -55,14 +55,36 @@ def update_later_llm_calls(con: duckdb.DuckDBPyConnection, batches: list[str]) -
 
 def recount_all_later_llm_calls(con: duckdb.DuckDBPyConnection) -> None:
     """Recount every tool call's reads (after a bulk load done in SQL)."""
+    con.execute("UPDATE tool_calls SET later_llm_calls = 0 WHERE later_llm_calls IS NULL")
     _recount(con, "SELECT DISTINCT trace_id FROM tool_calls", "(SELECT min(start_ns) FROM tool_calls)")
 
 
+def _model_calls(con: duckdb.DuckDBPyConnection, touched: str, lo: str) -> tuple[int, int]:
+    """(model calls of the ``touched`` traces from ``lo`` on, those of them counted read by read)."""
+    found = con.execute(
+        f"""WITH touched AS ({touched}), lo AS (SELECT {lo} AS lo)
+            SELECT count(*), count(*) FILTER (WHERE {_COUNTED_READ_BY_READ}) FROM llm_calls
+            WHERE start_ns >= (SELECT lo FROM lo) AND trace_id IN (SELECT trace_id FROM touched)"""
+    ).fetchone()
+    return (int(found[0]), int(found[1])) if found else (0, 0)
+
+
 def _recount(con: duckdb.DuckDBPyConnection, touched: str, lo: str) -> None:
+    """Recount the tool calls of the ``touched`` traces that start at ``lo`` or later.
+
+    Tool calls go in with ``later_llm_calls = 0`` and the other columns null, which is what a
+    trace without model calls counts to: when none of the touched traces has one (tool spans
+    that arrive apart from their model calls, an MCP server's own spans), one small query
+    finds that and the two recounts are skipped; the read-by-read one only runs when some
+    trace needs it.
+    """
     scope = f"""touched AS ({touched}), lo AS (SELECT {lo} AS lo),
         special AS (SELECT DISTINCT trace_id FROM llm_calls
                     WHERE start_ns >= (SELECT lo FROM lo) AND trace_id IN (SELECT trace_id FROM touched)
                       AND {_COUNTED_READ_BY_READ})"""
+    calls, read_by_read = _model_calls(con, touched, lo)
+    if not calls:
+        return
     con.execute(
         f"""
         UPDATE tool_calls SET {_SET} FROM (
@@ -81,6 +103,8 @@ def _recount(con: duckdb.DuckDBPyConnection, touched: str, lo: str) -> None:
         WHERE tool_calls.trace_id = n.trace_id AND tool_calls.span_id = n.span_id AND {_CHANGED}
         """
     )
+    if not read_by_read:
+        return
     con.execute(
         f"""
         UPDATE tool_calls SET {_SET} FROM (

@@ -156,3 +156,80 @@ def test_transaction_commits_or_rolls_back(tmp_path: Path) -> None:
         assert con.execute("SELECT message FROM ingest_issues").fetchall() == [("kept",)]
     finally:
         con.close()
+
+
+READ_ONCE = textwrap.dedent(
+    """
+    import sys, duckdb
+    try:
+        con = duckdb.connect(sys.argv[1], read_only=True)
+    except duckdb.Error:
+        print("locked")
+    else:
+        print(con.execute("SELECT count(*) FROM tool_calls").fetchone()[0])
+        con.close()
+    """
+)
+
+
+def _read_from_another_process(db: str) -> str:
+    return subprocess.run(
+        [sys.executable, "-c", READ_ONCE, db], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def _tool_row(i: int) -> dict[str, object]:
+    return {"trace_id": f"{i:032x}", "span_id": f"{i:016x}", "tool_name": "t", "start_ns": 10 + i, "end_ns": 11 + i}
+
+
+def test_a_held_store_commits_each_write_and_lets_readers_in_when_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = str(tmp_path / "held.duckdb")
+    store = Store(db)
+    store.ensure_schema()
+    with store.holding():
+        store.write(Batch(tool_rows=[_tool_row(1)]))
+        store.write(Batch(tool_rows=[_tool_row(2)]))
+        assert _read_from_another_process(db) == "locked"  # held between the writes
+        # another thread (retention, rollups) does not write through the held connection: it
+        # waits for the file as another process would (here: not at all, so it is refused)
+        raised: list[BaseException] = []
+
+        def other_thread() -> None:
+            try:
+                store.write(Batch(tool_rows=[_tool_row(3)]))
+            except BaseException as e:
+                raised.append(e)
+
+        store.lock_wait_s = 0
+        t = threading.Thread(target=other_thread)
+        t.start()
+        t.join(30)
+        assert len(raised) == 1 and "stayed locked" in str(raised[0]), raised
+    assert _read_from_another_process(db) == "2"  # released at the end; each write committed
+    # held longer than HOLD_MAX_S: the file is closed after the write in hand
+    monkeypatch.setattr("collector.store.database.HOLD_MAX_S", 0.0)
+    with store.holding():
+        store.write(Batch(tool_rows=[_tool_row(4)]))
+        assert _read_from_another_process(db) != "locked"
+        store.write(Batch(tool_rows=[_tool_row(5)]))
+    with read_connection(db) as con:
+        assert con.execute(
+            "SELECT count(*) FROM tool_calls WHERE span_id IN (?, ?)", [f"{4:016x}", f"{5:016x}"]
+        ).fetchone() == (2,)
+
+
+def test_a_failed_write_while_held_closes_the_file_and_the_next_write_reopens_it(tmp_path: Path) -> None:
+    db = str(tmp_path / "held.duckdb")
+    store = Store(db)
+    store.ensure_schema()
+    with store.holding():
+        store.write(Batch(tool_rows=[_tool_row(1)]))
+        bad = dict(_tool_row(2), start_ns="not a number")
+        with pytest.raises(Exception):  # noqa: B017 (the Arrow table or DuckDB refuses it)
+            store.write(Batch(tool_rows=[bad]))
+        assert _read_from_another_process(db) == "1"  # the failed write closed the file
+        store.write(Batch(tool_rows=[_tool_row(3)]))
+    with read_connection(db) as con:
+        assert con.execute("SELECT count(*) FROM tool_calls").fetchone() == (2,)

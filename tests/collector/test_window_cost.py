@@ -147,3 +147,19 @@ def test_a_model_call_traced_twice_side_by_side_is_one_call_and_two_calls_stay_t
     with read_connection(db_path) as con:
         tokens = sorted(r[0] for r in con.execute("SELECT input_tokens FROM llm_calls").fetchall())
     assert tokens == [500, 700, 700, 900, 950]
+
+
+def test_a_result_no_model_call_read_yet_counts_zero_until_one_arrives_in_a_later_write(db_path: str) -> None:
+    agent = Agent(db_path)
+    with agent.tracer.start_as_current_span("invoke_agent"):
+        agent.tool("a", "alpha " * 50)
+        agent.processor.force_flush()  # the tool call's write finds no model call in its trace
+        assert reads(db_path) == {"a": (0, None, None, None, None)}  # known: read by none so far
+        agent.llm(gen_ai__usage__input_tokens=100)
+        agent.processor.force_flush()  # a write of the model call alone recounts the trace
+        assert reads(db_path) == {"a": (1, None, None, None, "claude-sonnet-4-5")}
+        agent.llm(gen_ai__usage__input_tokens=300, gen_ai__usage__cache_read__input_tokens=100)
+    agent.close()
+    # the second call reports cache figures: the trace is now counted read by read, and its
+    # cached prefix reaches as far as the first reader's input
+    assert reads(db_path) == {"a": (2, 1, None, None, "claude-sonnet-4-5")}
