@@ -57,14 +57,18 @@ close) is spread, small enough that the workers measure the next slice meanwhile
 
 
 def slice_records(records: list[Record], size: int) -> list[list[Record]]:
-    """``records`` in order, cut into runs of about ``size`` bytes of bodies (at least one record each)."""
+    """``records`` in order, cut into as few runs of at most about ``size`` bytes of bodies as
+    will do, of about equal bytes (at least one record each): a remainder of a few requests
+    would cost a write of its own as dear as a full slice's."""
+    total = sum(len(r[3]) for r in records)
+    target = total / max(1, -(-total // size))
     slices: list[list[Record]] = []
     current: list[Record] = []
     held = 0
     for record in records:
         current.append(record)
         held += len(record[3])
-        if held >= size:
+        if held >= target:
             slices.append(current)
             current, held = [], 0
     if current:

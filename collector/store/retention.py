@@ -38,7 +38,7 @@ from collector.store import rollup
 from collector.store.connection import connect
 from collector.store.database import Store
 from collector.store.extensions import sql_literal
-from collector.store.payloads import payload_files
+from collector.store.payloads import blob_id_of, payload_files
 
 BLOB_GRACE = timedelta(minutes=10)
 """Unreferenced payload files younger than this are kept: their batch may not have committed yet."""
@@ -202,7 +202,7 @@ def _remove_unreferenced_blobs(store: str, summary: PruneSummary | None = None) 
     grace = time.time() - BLOB_GRACE.total_seconds()
     files = removed = young = 0
     for path, size, mtime in payload_files(store):
-        if os.path.basename(path).removesuffix(".gz") in referenced:
+        if blob_id_of(os.path.basename(path)) in referenced:
             continue
         if mtime > grace:
             young += 1

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from collector.config import CollectorConfig
-from collector.serve.receiver import Receiver, ReceiverConfig
+from collector.serve.receiver import Receiver, ReceiverConfig, slice_records
 from collector.store.database import read_connection
 from tests.collector.conftest import TOKEN
 from tests.collector.test_ingest_cli import llm, otlp, tool
@@ -375,3 +375,13 @@ def test_the_receivers_check_rejects_what_decoding_rejects() -> None:
         assert checked.rejection_message() == decoded.rejection_message() != ""
         assert checked.spans == [] and checked.logs == []
     assert [s.name for s in decode_traces(traces.SerializeToString(), PROTOBUF, "otlp").spans] == ["ok"]
+
+
+def test_a_batch_is_written_in_slices_of_about_equal_bytes_without_a_small_remainder() -> None:
+    records = [(0, i, 1, b"x" * 860_000) for i in range(49)]  # 42 MB of requests, 16 MB slices
+    slices = slice_records(records, 16 * 1024 * 1024)
+    assert [len(s) for s in slices] == [17, 17, 15]  # not 19, 19, 11: every write carries its share
+    assert [r for s in slices for r in s] == records  # in order, each once
+    assert slice_records(records[:3], 16 * 1024 * 1024) == [records[:3]] and slice_records([], 1) == []
+    huge = [(0, 0, 1, b"x" * 100), (0, 1, 1, b"x" * 50_000_000), (0, 2, 1, b"x" * 100)]
+    assert all(slice_records(huge, 16 * 1024 * 1024))  # a request larger than a slice is one of its own

@@ -12,7 +12,7 @@ import pytest
 
 from collector.errors import ConfigError, InputError
 from collector.query.ranking import Filters, ranking
-from collector.store.payloads import payload_dir
+from collector.store.payloads import blob_id_of, payload_dir
 from collector.store.retention import Retention, payloads_removed_before, prune, store_bytes
 
 NOW = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
@@ -107,7 +107,7 @@ def test_sixty_days_keep_thirty_payloads_seven_and_the_kept_rankings_do_not_move
     assert oldest_row >= kept_window and oldest_llm >= kept_window
     assert oldest_payload >= NOW - timedelta(days=7)
     assert kept_calls == 30 * 4 * 2 and with_payload == 7 * 4 * 2  # whole days: each run is at noon minus hours
-    files = {Path(p).name.removesuffix(".gz") for _, _, names in os.walk(payload_dir(db)) for p in names}
+    files = {blob_id_of(Path(p).name) for _, _, names in os.walk(payload_dir(db)) for p in names}
     assert files == blobs  # the payload files of removed calls are gone, the kept ones all there
     assert _ranking(db, kept_window) == before  # rankings over the kept window are unchanged
     from tests.collector.test_rollup import assert_close

@@ -52,10 +52,10 @@ def test_planted_secrets_are_redacted_everywhere(provider_with, db_path: str, co
     files = [Path(db_path)] + [p for p in Path(db_path).parent.rglob("*") if p.is_file()]
     for path in files:
         data = path.read_bytes()
-        if path.suffix == ".gz":
-            import zlib
+        if path.suffix == ".zst":
+            import zstandard
 
-            data = zlib.decompress(data)
+            data = zstandard.ZstdDecompressor().decompress(data)
         for name, secret in SECRETS.items():
             assert secret.encode() not in data, f"{name} secret found in {path}"
     assert os.path.exists(db_path)
