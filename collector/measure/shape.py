@@ -56,8 +56,7 @@ def infer_shape(text: str, parsed: Any) -> str:
     lines = [ln for ln in head.splitlines() if ln.strip()][:400]
     if not lines:
         return "document"
-    log_like = sum(1 for ln in lines if _LOG_LINE.match(ln))
-    if log_like >= max(3, len(lines) * 0.3):
+    if _mostly_log_lines(lines):
         return "diagnostic"
     # a table (kubectl get, ps, SQL clients): an upper-case header among the first lines
     for i, line in enumerate(lines[:5]):
@@ -69,6 +68,20 @@ def infer_shape(text: str, parsed: Any) -> str:
         ):
             return "list"
     return "document"
+
+
+def _mostly_log_lines(lines: list[str]) -> bool:
+    """At least 3 of ``lines``, and 30 %, look like log lines; stops as soon as that is decided."""
+    need = max(3, len(lines) * 0.3)
+    found = 0
+    for seen, line in enumerate(lines, start=1):
+        if _LOG_LINE.match(line):
+            found += 1
+            if found >= need:
+                return True
+        elif found + len(lines) - seen < need:
+            return False
+    return found >= need
 
 
 _DYNAMIC_KEY = re.compile(r"^(\d+|[0-9a-f]{8}-[0-9a-f-]{27,}|[0-9a-f]{12,})$", re.I)
@@ -165,6 +178,22 @@ def schema_of(parsed: Any) -> tuple[str, list[str], bool]:
             child_path = f"{path}[]"
             for child in value:
                 stack.append((child_path, child))
+    # a tool returns the same structure call after call: its fingerprint is worked out once
+    key = tuple((path, tuple(seen_types)) for path, seen_types in types.items())
+    known = _fingerprints.get(key)
+    if known is None:
+        known = _fingerprint(types)
+        if len(_fingerprints) >= 4096:  # bounded: a stream of ever-new structures
+            _fingerprints.clear()
+        _fingerprints[key] = known
+    return known[0], list(known[1]), not stack
+
+
+_fingerprints: dict[tuple[tuple[str, tuple[str, ...]], ...], tuple[str, tuple[str, ...]]] = {}
+"""Memo of a walk's (path, kinds seen) to its (fingerprint, fields)."""
+
+
+def _fingerprint(types: dict[str, set[str]]) -> tuple[str, tuple[str, ...]]:
     fields = []
     structure = []
     for path, seen_types in types.items():
@@ -174,5 +203,4 @@ def schema_of(parsed: Any) -> tuple[str, list[str], bool]:
         structure.append(f"{path}:{'|'.join(kinds)}")
     fields.sort()
     structure.sort()
-    digest = hashlib.sha256("\n".join(structure).encode()).hexdigest()[:16]
-    return digest, fields, not stack
+    return hashlib.sha256("\n".join(structure).encode()).hexdigest()[:16], tuple(fields)

@@ -2,6 +2,8 @@ import dataclasses
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from collector.measure.measurement import (
     Measurement,
@@ -249,3 +251,22 @@ def test_helpers_stay_importable_from_measurement() -> None:
     assert measurement.MAX_INT64 == retention.MAX_INT64 == 2**63 - 1
     assert measurement.schema_of is shape.schema_of and measurement.infer_shape is shape.infer_shape
     assert measurement.without_surrogates is text.without_surrogates
+
+
+@given(st.lists(st.sampled_from(["2026-12-02 06:00 INFO started", "ERROR boom", "  at handler (x.js:3)",
+                                 "plain words", "", "| a | b |", "Traceback (most recent call last):"]),
+                max_size=60))  # fmt: skip
+def test_log_lines_are_decided_early_as_counting_them_all_would(lines: list[str]) -> None:
+    from collector.measure.shape import _LOG_LINE, _mostly_log_lines
+
+    assert _mostly_log_lines(lines) == (sum(1 for ln in lines if _LOG_LINE.match(ln)) >= max(3, len(lines) * 0.3))
+
+
+def test_a_repeated_structure_gets_the_same_fingerprint_and_its_own_field_list() -> None:
+    from collector.measure.shape import schema_of
+
+    first = schema_of([{"id": 1, "status": "paid"}, {"id": 2, "status": None}])
+    first[1].append("changed by the caller")
+    again = schema_of([{"id": 7, "status": "late"}])
+    assert again[0] == first[0] and "changed by the caller" not in again[1]
+    assert schema_of([{"id": 7, "status": {"code": 1}}])[0] != first[0]  # a scalar turned object
