@@ -186,6 +186,14 @@ class ToolMetrics:
             description="Tool and LLM spans dropped because the collector's queue was full.",
         )
 
+    @property
+    def recording(self) -> bool:
+        """False while the global meter provider is the API's placeholder (no metrics SDK set
+        yet): every instrument would drop what it is given, so a batch's rows are not read for
+        it. True as soon as an SDK is set, and whenever this can't tell (an explicit provider,
+        another API version): then the rows are recorded as always."""
+        return getattr(self.calls, "_real_instrument", self) is not None
+
     def record_rows(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """Record one batch of tool rows (as :meth:`collector.pipeline.Pipeline.build_batch` makes them).
 

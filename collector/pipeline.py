@@ -323,7 +323,8 @@ class Pipeline:
         batch.join_traces = sorted(touched)
         result = self.store.write(batch)
         self.refresh_rollups(force=False)
-        self.metrics.record_rows(batch.tool_dicts(*METRIC_COLUMNS))
+        if self.metrics.recording:
+            self.metrics.record_rows(batch.tool_dicts(*METRIC_COLUMNS))
         self.metrics.record_dropped_total(stats["dropped"])
         if result.pending_joins:
             self.joins.late_views(result.pending_joins)

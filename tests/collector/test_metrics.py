@@ -230,6 +230,33 @@ def test_global_provider_when_none_is_given() -> None:
     metrics.record_dropped_total(1)
 
 
+GLOBAL_SET_LATER = """
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from collector.metrics import ToolMetrics
+m = ToolMetrics()
+print(m.recording)  # the API's placeholder: nothing would be kept
+reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+print(m.recording)  # an SDK set after the collector started: recorded from now on
+m.record_rows([{"tool_name": "search", "view_tokens": 5, "raw_tokens": 9}])
+found = reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics
+print(sorted(x.name for x in found))
+"""
+
+
+def test_rows_are_read_for_metrics_once_a_global_sdk_is_set_not_before() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", GLOBAL_SET_LATER], capture_output=True, text=True, check=True)
+    lines = out.stdout.splitlines()
+    assert lines[:2] == ["False", "True"]
+    assert lines[2] == str(sorted([CALLS, RAW_TOKENS, VIEW_TOKENS]))
+    assert ToolMetrics(MeterProvider()).recording  # an explicit provider: always recorded
+
+
 # --- Prometheus -------------------------------------------------------------------------
 
 
