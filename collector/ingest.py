@@ -70,17 +70,18 @@ def ingest_files(
             chunks = [items[i::n_chunks] for i in range(n_chunks) if items[i::n_chunks]] or [[]]
             batches = _measured(chunks, pipeline, pool, processes)
             done = 0
-            for n, batch in enumerate(batches):
-                if n == 0:
-                    batch.issue_rows += pipeline.build_batch([], issues).issue_rows
-                result = pipeline.write(batch)
-                done += len(chunks[n])
-                if progress and len(chunks) > 2 * workers:  # long files: say how far we are
-                    progress(f"{path}: {done:,} of {len(items):,} tool/LLM spans measured")
-                summary.tool_calls += result.tool_calls
-                summary.llm_calls += result.llm_calls
-                summary.duplicates += result.duplicates
-                summary.issues += batch.issue_rows
+            with pipeline.store.holding():  # one open and closing checkpoint for a file's chunks
+                for n, batch in enumerate(batches):
+                    if n == 0:
+                        batch.issue_rows += pipeline.build_batch([], issues).issue_rows
+                    result = pipeline.write(batch)
+                    done += len(chunks[n])
+                    if progress and len(chunks) > 2 * workers:  # long files: say how far we are
+                        progress(f"{path}: {done:,} of {len(items):,} tool/LLM spans measured")
+                    summary.tool_calls += result.tool_calls
+                    summary.llm_calls += result.llm_calls
+                    summary.duplicates += result.duplicates
+                    summary.issues += batch.issue_rows
             if progress:
                 progress(f"{path}: {len(items)} tool/LLM spans")
     pipeline.refresh_rollups()  # the days these files closed are rolled now, not at the next write
