@@ -90,10 +90,10 @@ logger = logging.getLogger("toolmeter")
 _T = TypeVar("_T")
 
 LAKE_COMMIT_ATTEMPTS = 8
+"""Tries of one lake commit before :meth:`Store.write` gives the batch back to its caller."""
 HOLD_MAX_S = 1.0
 """Longest a writer keeps the file open across writes (:meth:`Store.holding`): then it closes
 it after the write in hand, so a reader waiting for the lock gets in."""
-"""Tries of one lake commit before :meth:`Store.write` gives the batch back to its caller."""
 
 _TRANSIENT = re.compile(
     r"conflict|connection|server closed|terminat|could not connect|timeout|broken pipe|reset by peer|"
