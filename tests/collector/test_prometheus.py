@@ -115,12 +115,16 @@ def test_every_dashboard_query_runs_and_agrees_with_the_store(stack: dict[str, A
     # the second wave, so increase() over the range counts all of the second wave
     _send(stack["otlp"], "w1", [(tool, 20, True, True, True) for tool, *_ in WAVE])
     _wait("the first wave scraped", lambda: _calls_seen(prom) == {t: 1.0 for t, *_ in WAVE})
-    time.sleep(2.5)
+    # increase() extrapolates to the ends of its range: past the last sample by up to 1.1 scrape
+    # intervals (1 s), and back from the first by up to a tenth of the sampled span here (the
+    # counter stood at 1 before the n of the second wave). Over ~12 s of samples that is at
+    # most ~1.2x; over the ~6 s that shorter waits gave, up to ~1.3x, past the 0.25 allowed
+    time.sleep(5)
     second = [(tool, 50 + 30 * i, i < trunc, trunc <= i < trunc + over, i >= n - failed)
               for tool, n, trunc, over, failed in WAVE for i in range(n)]  # fmt: skip
     _send(stack["otlp"], "w2", second)
     _wait("the second wave scraped", lambda: _calls_seen(prom) == {t: 1.0 + n for t, n, *_ in WAVE})
-    time.sleep(2.5)  # a few samples after the last increment
+    time.sleep(5)  # samples after the last increment (see above)
 
     with duckdb.connect(stack["db"], read_only=True) as con:
         store = {t: (n, tr, ob, er, p99) for t, n, tr, ob, er, p99 in con.execute(
