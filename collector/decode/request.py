@@ -10,7 +10,7 @@ integers as strings).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,7 +153,14 @@ def check_traces(body: bytes, content_type: str, source: str) -> Decoded:
     return _check(body, content_type, source, ExportTraceServiceRequest, _storable, decode_traces)
 
 
-def _check(body: bytes, content_type: str, source: str, message: Any, storable: Any, decode: Any) -> Decoded:
+def _check(
+    body: bytes,
+    content_type: str,
+    source: str,
+    message: Any,
+    storable: Callable[[Any, str, Decoded], Iterator[Any]],
+    decode: Callable[[bytes, str, str], Decoded],
+) -> Decoded:
     if content_type != PROTOBUF:
         decoded = decode(body, content_type, source)
         return Decoded(rejected=decoded.rejected, issues=decoded.issues)

@@ -80,18 +80,15 @@ def _insert_tool_rows(con: duckdb.DuckDBPyConnection, rows: pa.Table, lake: bool
     # a call derived from the messages gives way to the tool span of the same call id (none
     # can when no row of the batch is a tool span with a call id: the query is skipped)
     ids, origins = rows.column("tool_call_id"), rows.column("origin")
-    spans_with_ids = pc.any(pc.and_(pc.is_valid(ids), pc.not_equal(origins, "messages"))).as_py()
-    gone = (
-        spans_with_ids
-        and con.execute(
+    if pc.any(pc.and_(pc.is_valid(ids), pc.not_equal(origins, "messages"))).as_py():
+        gone = con.execute(
             """SELECT d.trace_id, d.span_id FROM tool_calls d WHERE d.origin = 'messages'
-           AND d.trace_id IN (SELECT trace_id FROM tool_batch WHERE tool_call_id IS NOT NULL)
-           AND EXISTS (SELECT 1 FROM tool_batch b
-                       WHERE b.trace_id = d.trace_id AND b.tool_call_id = d.tool_call_id AND b.origin <> 'messages')"""
+               AND d.trace_id IN (SELECT trace_id FROM tool_batch WHERE tool_call_id IS NOT NULL)
+               AND EXISTS (SELECT 1 FROM tool_batch b
+                           WHERE b.trace_id = d.trace_id AND b.tool_call_id = d.tool_call_id AND b.origin <> 'messages')"""
         ).fetchall()
-    )
-    if gone:
-        _delete_calls(con, [(t, sp) for t, sp in gone])
+        if gone:
+            _delete_calls(con, [(t, sp) for t, sp in gone])
     added = insert_new(con, "tool_calls", "tool_batch", ("trace_id", "span_id"), lake, _TOOL_ROW, by_start=True)
     return added - min(_merge_nested(con), added)
 

@@ -22,6 +22,7 @@ import hashlib
 import os
 import threading
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +59,10 @@ def _decompress(data: bytes) -> bytes:
     return bytes(d.decompress(data))
 
 
+_READERS: tuple[tuple[str, Callable[[bytes], bytes]], ...] = ((SUFFIX, _decompress), (OLD_SUFFIX, zlib.decompress))
+"""Each payload file suffix with how its bytes are read, newest first."""
+
+
 def payload_dir(db_path: str) -> str:
     """The folder that holds the payloads of the store at ``db_path``."""
     return os.fspath(db_path) + ".payloads"
@@ -91,7 +96,7 @@ class PayloadStore:
         """Store ``data`` (once) and return its id."""
         blob_id = hashlib.sha256(data).hexdigest()
         path = self._path(blob_id)
-        if os.path.exists(path) or os.path.exists(self._path(blob_id, OLD_SUFFIX)):
+        if any(os.path.exists(self._path(blob_id, suffix)) for suffix, _ in _READERS):
             return blob_id
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -109,19 +114,16 @@ class PayloadStore:
         Raises:
             StoreError: the blob is missing or damaged.
         """
-        path = self._path(blob_id)
-        try:
+        for suffix, unpack in _READERS:
+            path = self._path(blob_id, suffix)
             try:
                 with open(path, "rb") as f:
-                    return _decompress(f.read())
+                    return unpack(f.read())
             except FileNotFoundError:
-                path = self._path(blob_id, OLD_SUFFIX)
-                with open(path, "rb") as f:
-                    return zlib.decompress(f.read())
-        except FileNotFoundError as e:
-            raise StoreError(f"payload {blob_id} is missing from {self.root}; was the folder moved or deleted?") from e
-        except (OSError, zlib.error, zstandard.ZstdError) as e:
-            raise StoreError(f"payload file {path} cannot be read: {e}") from e
+                continue
+            except (OSError, zlib.error, zstandard.ZstdError) as e:
+                raise StoreError(f"payload file {path} cannot be read: {e}") from e
+        raise StoreError(f"payload {blob_id} is missing from {self.root}; was the folder moved or deleted?")
 
 
 @dataclass(frozen=True)
