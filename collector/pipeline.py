@@ -86,7 +86,6 @@ class Pipeline:
         failed = 0
         seen_views = self._message_views(items, batch)
         calls = self._tool_calls(items, seen_views, issues)
-        small: list[tuple[dict[str, Any], str, bytes]] = []
         for item in items:
             try:
                 if item.kind == TOOL:
@@ -96,7 +95,7 @@ class Pipeline:
                     assert call is not None
                     measured = measure(call, self.counter)
                     row, payloads = measured.row(), measured.payloads
-                    self._store_payloads(row, payloads, batch, small)
+                    self._store_payloads(row, payloads, batch)
                     batch.tool_rows.append(row)
                     del measured, payloads  # UTF-8 copies as large as the result: not alive while the next is measured
                 elif item.kind == LLM:
@@ -104,7 +103,7 @@ class Pipeline:
                     issues += found
                     batch.llm_rows.append(asdict(llm))
                 elif item.kind == LOG and not is_message_event(item.span):  # type: ignore[arg-type]
-                    self._log_item(item, batch, issues, small)
+                    self._log_item(item, batch, issues)
             except Exception as e:  # one bad span must not cost the batch
                 failed += 1
                 logger.warning("toolmeter could not measure span %s: %s", item.span.span_id, e, exc_info=True)
@@ -117,7 +116,6 @@ class Pipeline:
                         level="error",
                     )
                 )
-        self._store_small_payloads(small, batch)
         batch.issue_rows = [
             {
                 "collector_id": self.collector_id,
@@ -134,20 +132,11 @@ class Pipeline:
             self.counters.failed += failed
         return batch
 
-    def _store_payloads(
-        self,
-        row: dict[str, Any],
-        payloads: dict[str, bytes],
-        batch: Batch,
-        small: list[tuple[dict[str, Any], str, bytes]] | None = None,
-    ) -> None:
+    def _store_payloads(self, row: dict[str, Any], payloads: dict[str, bytes], batch: Batch) -> None:
         """Redact secrets, then queue the payloads for storage (figures were measured on the originals).
 
         Payloads are masked with same-length placeholders, so the retained ranges (byte
-        offsets of the original) still point at the right bytes of what is stored. Given
-        ``small``, a payload kept inline goes there, to be redacted with the batch's others in
-        :meth:`_store_small_payloads` (which then gives the row its warnings); a larger one is
-        redacted and stored now, so that it is not held while the rest of the batch is measured.
+        offsets of the original) still point at the right bytes of what is stored.
         """
         redactions = 0
         for column in ("arguments", "error"):
@@ -155,40 +144,23 @@ class Pipeline:
                 row[column], n = self.redactor.redact_text(row[column])
                 redactions += n
         row["redactions"] = redactions
+        cut = False
         if self.config.store_payloads:
             for kind, data in payloads.items():
-                if small is not None and len(data) <= INLINE_MAX_BYTES:
-                    small.append((row, kind, data))
-                    continue
                 clean, n = self.redactor.redact_bytes_same_length(data)
-                self._stored_payload(row, kind, clean, n, batch)
-        if small is None:
-            self._payload_warnings(row)
-
-    def _store_small_payloads(self, small: list[tuple[dict[str, Any], str, bytes]], batch: Batch) -> None:
-        """Redact the batch's small payloads together (one RE2 screen for all), store them, and
-        give each row its payload warnings."""
-        cleaned = self.redactor.redact_many_same_length([data for _, _, data in small])
-        for (row, kind, _), (clean, n) in zip(small, cleaned, strict=True):
-            self._stored_payload(row, kind, clean, n, batch)
-        for row in batch.tool_rows:
-            self._payload_warnings(row)
-
-    def _payload_warnings(self, row: dict[str, Any]) -> None:
-        if row.pop("_payload_cut", False):
+                stored = payload_row(
+                    self.payloads, row["trace_id"], row["span_id"], kind, clean, self.config.payload_cap_bytes
+                )
+                batch.payload_rows.append(stored)
+                row["redactions"] += n
+                cut = cut or stored["cut"]
+        if cut:
             row["warnings"].append(
                 f"payload stored as head and tail only (over {self.config.payload_cap_bytes:,} bytes); "
                 "figures are from the whole payload"
             )
         if row["redactions"]:
             row["warnings"].append(f"{row['redactions']} secret(s) redacted before storing; counts are of the original")
-
-    def _stored_payload(self, row: dict[str, Any], kind: str, clean: bytes, redactions: int, batch: Batch) -> None:
-        stored = payload_row(self.payloads, row["trace_id"], row["span_id"], kind, clean, self.config.payload_cap_bytes)
-        batch.payload_rows.append(stored)
-        row["redactions"] += redactions
-        if stored["cut"]:
-            row["_payload_cut"] = True
 
     def _tool_calls(
         self, items: list[Item], views: dict[tuple[str, str], tuple[ToolResponse, SpanLike]], issues: list[Issue]
@@ -273,9 +245,7 @@ class Pipeline:
             batch.message_rows.append(row)
         return views
 
-    def _log_item(
-        self, item: Item, batch: Batch, issues: list[Issue], small: list[tuple[dict[str, Any], str, bytes]]
-    ) -> None:
+    def _log_item(self, item: Item, batch: Batch, issues: list[Issue]) -> None:
         """An OTLP log event: Claude Code's tool results and API requests."""
         from collector.dialects import claude_code  # only receivers and ingest of logs need it
 
@@ -285,7 +255,7 @@ class Pipeline:
         if call is not None:
             measured = measure(call, self.counter)
             row, payloads = measured.row(), measured.payloads
-            self._store_payloads(row, payloads, batch, small)
+            self._store_payloads(row, payloads, batch)
             batch.tool_rows.append(row)
             return
         llm, found = claude_code.llm_call_from_log_with_issues(log)  # type: ignore[arg-type]

@@ -102,25 +102,23 @@ and the regex error. Each extra pattern is one more ``re`` pass over every paylo
 Speed
 =====
 
-Python's ``re`` costs about a millisecond per pattern per MB, so a payload of 64 KiB or more
-is first screened in one pass of RE2 (``pyarrow.compute.match_substring_regex``, which
-releases the GIL) with the union of every pattern's *prefilter*: a looser RE2 pattern that
-matches wherever its rule can (``sk-[A-Za-z0-9_-]{20}``, ``(?i:password)…[:=]``…). No match:
-no built-in can match, done. A match: the full scan. Extra patterns always scan. The small
-payloads of a batch (:meth:`Redactor.redact_many_same_length`) are screened the same way, all
-in one call: RE2 compiles the union once a call (about 2 ms), which a single small payload
-would not repay, while a batch's pay it back many times (~3 µs a KB payload instead of ~20).
+Python's ``re`` costs about a millisecond per pattern per MB, so every payload is first read
+once by RE2 (``google-re2``'s ``RE2::Set``, compiled once a process) with each rule's
+*prefilter*: a looser RE2 pattern that matches wherever its rule can (``sk-[A-Za-z0-9_-]{20}``,
+``(?i:password)…[:=]``…). The set says which prefilters match; only those rules run (none, for
+most payloads). Extra patterns always run. On the real payloads the screen reads about 1 GB/s
+and takes ~1.5 µs for a 1 KB result.
 ``python benchmarks/bench_redact.py [FILE]`` times the screen against the full scan.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
-import struct
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Final, NamedTuple
 
 from collector.config import REDACT_ENV, REDACT_PATTERNS_ENV
@@ -129,17 +127,10 @@ from collector.measure.secret_rules import BUILTIN_RULES, Rule
 
 __all__ = ["ENV_PATTERNS", "ENV_SWITCH", "Redactor", "Secret"]
 
+logger = logging.getLogger("toolmeter")
+
 ENV_SWITCH: Final = REDACT_ENV
 ENV_PATTERNS: Final = REDACT_PATTERNS_ENV
-
-PREFILTER_MIN_BYTES = 64 * 1024
-"""Payloads this large are first screened in one RE2 pass (smaller ones: not worth a call)."""
-
-SCREEN_MIN_PAYLOADS = 64
-"""Small payloads redacted together are screened in one RE2 call when at least this many."""
-SCREEN_CHUNK = 4096
-"""...and at most this many a call (measured: ~3 µs a KB payload in calls of 1,000-4,000, ~7 µs in
-one of 20,000)."""
 
 _OFF: Final = frozenset({"off", "false", "0", "no"})
 _ON: Final = frozenset({"on", "true", "1", "yes", ""})
@@ -158,62 +149,56 @@ class Secret(NamedTuple):
 # ---------------------------------------------------------------- the one-pass screen
 
 
-class _Prefilter:
-    """One RE2 pass (``pyarrow.compute``, which releases the GIL) over the union of the rules'
-    prefilters: when nothing matches, no built-in rule can match and the payload is clean.
+class _Screen:
+    """One RE2 pass over a payload with every rule's prefilter (an ``RE2::Set``, compiled once):
+    it says which rules can match, and only those are run. RE2 reads the bytes as Latin-1,
+    a character a byte, as Python's bytes regexes do (read as UTF-8, ``[^@]`` would not match
+    an invalid byte that the rule's own regex matches). It releases the GIL.
 
-    Built on first use (pyarrow.compute takes ~50 ms to import); if pyarrow or its RE2 is
-    missing, every payload takes the full scan instead.
+    Built on first use; without ``google-re2`` (a dependency) or if it refuses a prefilter,
+    every rule runs on every payload (the same findings, at several times the cost), and the
+    log says so once.
     """
 
-    def __init__(self, rules: tuple[Rule, ...]) -> None:
-        self.pattern = "|".join(f"(?:{r.prefilter})" for r in rules if r.prefilter is not None)
-        self.complete = all(r.prefilter is not None for r in rules)
+    def __init__(self, rules: tuple[Rule, ...], use_re2: bool = True) -> None:
+        self.rules = rules
+        self._always = tuple(r for r in rules if r.prefilter is None)
+        self._screened = tuple(r for r in rules if r.prefilter is not None)
         self._lock = threading.Lock()
-        self._fn: Callable[[bytes], bool] | None = None
-        self._failed = False
+        self._match: Callable[[bytes], list[int] | None] | None = None
+        self._failed = not use_re2  # False: every rule runs (the baseline of bench_redact.py)
 
-    def could_match(self, data: bytes) -> bool:
-        """False only when no rule can match ``data``."""
-        if not self.complete or self._failed:
-            return True
-        fn = self._fn or self._build()
-        return True if fn is None else fn(data)
+    def candidates(self, data: bytes) -> tuple[Rule, ...]:
+        """The rules that can match ``data``, in their order (all of them when unscreened)."""
+        match = self._match or self._build()
+        if match is None:
+            return self.rules
+        hits = match(data)
+        if not hits:
+            return self._always
+        if not self._always:
+            return tuple(self._screened[i] for i in sorted(hits))
+        chosen = {id(self._screened[i]) for i in hits}
+        return tuple(r for r in self.rules if r.prefilter is None or id(r) in chosen)
 
-    def could_match_each(self, datas: Sequence[bytes]) -> list[bool] | None:
-        """:meth:`could_match` of each of ``datas``, in one RE2 call; None when it cannot tell."""
-        if not self.complete or self._failed or (self._fn is None and self._build() is None):
-            return None
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        flags: list[bool] = []
-        for start in range(0, len(datas), SCREEN_CHUNK):  # far larger arrays screen slower a payload
-            part = pa.array(datas[start : start + SCREEN_CHUNK], type=pa.large_binary())
-            flags += pc.match_substring_regex(part, pattern=self.pattern).to_pylist()
-        return flags
-
-    def _build(self) -> Callable[[bytes], bool] | None:
+    def _build(self) -> Callable[[bytes], list[int] | None] | None:
         with self._lock:
-            if self._fn is not None or self._failed:
-                return self._fn
+            if self._match is not None or self._failed:
+                return self._match
             try:
-                import pyarrow as pa
-                import pyarrow.compute as pc
+                import re2
 
-                options = pc.MatchSubstringOptions(self.pattern)
-
-                def matches(data: bytes) -> bool:
-                    offsets = pa.py_buffer(struct.pack("<qq", 0, len(data)))
-                    array = pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, pa.py_buffer(data)])
-                    return bool(pc.match_substring_regex(array, options=options)[0].as_py())
-
-                matches(b"check: RE2 accepts the pattern")  # (it is compiled on every call: ~0.3 ms)
-            except Exception:  # no pyarrow, no RE2, or a pattern RE2 refuses: scan everything
+                options = re2.Options()
+                options.encoding = options.Encoding.LATIN1
+                screen = re2.Set.SearchSet(options)
+                for rule in self._screened:
+                    screen.Add(rule.prefilter.encode("latin-1"))  # type: ignore[union-attr]
+                screen.Compile()
+                self._match = screen.Match
+            except Exception as e:  # not installed, another "re2", or a prefilter RE2 refuses
                 self._failed = True
-                return None
-            self._fn = matches
-            return matches
+                logger.warning("toolmeter redaction: no RE2 screen (%s); every rule scans every payload", e)
+            return self._match
 
 
 # ---------------------------------------------------------------- the redactor
@@ -283,15 +268,11 @@ class Redactor:
         """The kinds this redactor finds, without repeats (built-ins first)."""
         return tuple(dict.fromkeys(r.kind for r in self._builtin + self._extra))
 
-    def find(self, data: bytes, screened: bool = False) -> list[Secret]:
-        """The secrets in ``data``: sorted, non-overlapping byte ranges of the original.
-
-        ``screened``: the RE2 screen found nothing in ``data`` already, so no built-in can match."""
+    def find(self, data: bytes) -> list[Secret]:
+        """The secrets in ``data``: sorted, non-overlapping byte ranges of the original."""
         if not data:
             return []
-        rules = self._extra
-        if self._builtin and not screened and (len(data) < PREFILTER_MIN_BYTES or _PREFILTER.could_match(data)):
-            rules = self._builtin + rules
+        rules = (_SCREEN.candidates(data) if self._builtin else ()) + self._extra
         lowered: bytes | None = None
         found: list[tuple[int, int, int, str]] = []
         for order, rule in enumerate(rules):
@@ -321,8 +302,8 @@ class Redactor:
                 last_end = -neg_end
         return result
 
-    def _replace(self, data: bytes, same_length: bool, screened: bool = False) -> tuple[bytes, int]:
-        secrets = self.find(data, screened)
+    def _replace(self, data: bytes, same_length: bool) -> tuple[bytes, int]:
+        secrets = self.find(data)
         if not secrets:
             return data, 0
         parts: list[bytes] = []
@@ -351,27 +332,14 @@ class Redactor:
         """
         return self._replace(data, same_length=True)
 
-    def redact_many_same_length(self, datas: Sequence[bytes]) -> list[tuple[bytes, int]]:
-        """:meth:`redact_bytes_same_length` of each of ``datas`` (a batch's small payloads): with
-        :data:`SCREEN_MIN_PAYLOADS` or more, all are screened in one RE2 call first and only those
-        it flags are scanned rule by rule."""
-        flags = None
-        if self._builtin and len(datas) >= SCREEN_MIN_PAYLOADS:
-            flags = _PREFILTER.could_match_each(datas)
-        if flags is None:
-            return [self._replace(data, same_length=True) for data in datas]
-        return [
-            (data, 0) if not flag and not self._extra else self._replace(data, True, screened=not flag)
-            for data, flag in zip(datas, flags, strict=True)
-        ]
-
     def redact_text(self, text: str) -> tuple[str, int]:
         """:meth:`redact_bytes` for text (matched as UTF-8; lone surrogates pass through)."""
         out, n = self._replace(text.encode("utf-8", "surrogatepass"), same_length=False)
         return (out.decode("utf-8", "surrogatepass") if n else text), n
 
 
-_PREFILTER: Final = _Prefilter(BUILTIN_RULES)
+_SCREEN = _Screen(BUILTIN_RULES)
+"""The screen of the built-in rules, shared by every redactor of the process."""
 
 
 def _compile_extra(name: object, pattern: object) -> Rule:

@@ -12,6 +12,8 @@ import random
 import string
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from collector.errors import ConfigError
 from collector.measure import redaction as redact
@@ -140,11 +142,9 @@ def redactor() -> Redactor:
 
 @pytest.fixture(params=[False, True], ids=["unscreened", "screened"])
 def screened(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
-    """Run a test with and without the one-pass RE2 screen (forced on for small inputs)."""
-    if request.param:
-        monkeypatch.setattr(redact, "PREFILTER_MIN_BYTES", 0)
-    else:
-        monkeypatch.setattr(redact, "PREFILTER_MIN_BYTES", 1 << 62)
+    """Run a test with the one-pass RE2 screen and without it (every rule on every payload)."""
+    if not request.param:
+        monkeypatch.setattr(redact, "_SCREEN", redact._Screen(secret_rules.BUILTIN_RULES, use_re2=False))
     return bool(request.param)
 
 
@@ -361,31 +361,37 @@ def test_real_payloads_trigger_only_the_explained_redactions(name: str, redactor
 
 
 def test_the_screen_is_valid_re2() -> None:
-    # pyarrow is a dependency: a screen that fails to build would silently cost 5x the time
-    assert redact._PREFILTER._build() is not None
+    # google-re2 is a dependency: a screen that fails to build would silently cost 5x the time
+    assert redact._SCREEN._build() is not None
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_each_case_passes_the_screen_of_its_own_rule(case: tuple[str, str, str]) -> None:
-    # The screen must match wherever its rule can: check each rule's part of it alone.
+    # The screen must let a rule run wherever it can match
     kind, text, _ = case
-    screens = [redact._Prefilter((rule,))._build() for rule in secret_rules.BUILTIN_RULES if rule.kind == kind]
-    assert any(screen is not None and screen(text.encode()) for screen in screens)
+    assert kind in {rule.kind for rule in redact._SCREEN.candidates(text.encode())}
 
 
-def test_a_large_clean_payload_is_screened_in_one_pass(redactor: Redactor) -> None:
+def test_the_screen_reads_bytes_as_the_rules_do() -> None:
+    # RE2 reading UTF-8 would not match [^@] on an invalid byte, which the rule's bytes regex does
+    data = b"dsn: postgres://app\xff:s3cr\xe9t-pw@db.internal:5432/orders"
+    assert "url_password" in {rule.kind for rule in redact._SCREEN.candidates(data)}
+    found = Redactor().find(data)
+    assert [(data[s.start : s.end], s.kind) for s in found] == [(b"s3cr\xe9t-pw", "url_password")]
+
+
+def test_a_large_clean_payload_runs_no_rule(redactor: Redactor) -> None:
     log = "".join(
         f"2025-06-20T10:38:{i % 60:02d}.{i % 1000:03d}Z [INFO] auth-service - login ok - user_{i} - "
         f"GET https://api.internal/v1/users/{i}?page=2 200 - trace {i * 7919:x}\n"
         for i in range(12000)
     ).encode()
-    assert len(log) >= redact.PREFILTER_MIN_BYTES
-    assert not redact._PREFILTER.could_match(log)
+    assert redact._SCREEN.candidates(log) == ()
     assert redactor.redact_bytes_same_length(log) == (log, 0)
-    # ... and a secret anywhere in it is still found
+    # ... and a secret anywhere in it is still found, by the rules that run
     for at in (0, len(log) // 2, len(log)):
         dirty = log[:at] + f" GITHUB_TOKEN={GITHUB['ghp_']} ".encode() + log[at:]
-        assert redact._PREFILTER.could_match(dirty)
+        assert {rule.kind for rule in redact._SCREEN.candidates(dirty)} == {"github_token", "token"}
         assert [s.kind for s in redactor.find(dirty)] == ["github_token"]
 
 
@@ -478,22 +484,27 @@ def test_secret_is_a_plain_tuple(redactor: Redactor) -> None:
     assert redactor.find(b"k=" + AWS_ID.encode()) == [Secret(2, 22, "aws_access_key_id")]
 
 
-def test_a_batch_of_small_payloads_is_screened_together_with_the_same_result(redactor: Redactor) -> None:
-    # every kind's case, the ordinary texts that must stay, and clean rows: enough to be screened
-    # in one RE2 call, and cut into several calls
-    texts = [text for _, text, _ in CASES] + NOT_SECRETS + [json.dumps({"id": i, "status": "paid"}) for i in range(90)]
-    datas = [t.encode() for t in texts] * 2
-    assert len(datas) >= redact.SCREEN_MIN_PAYLOADS
-    one_by_one = [redactor.redact_bytes_same_length(d) for d in datas]
-    assert redactor.redact_many_same_length(datas) == one_by_one
-    assert sum(n for _, n in one_by_one) >= 2 * len(CASES)  # the batch held secrets to find
-
-
-def test_a_batch_screen_keeps_extra_patterns_scanned(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(redact, "SCREEN_CHUNK", 16)  # several RE2 calls
+def test_extra_patterns_run_on_payloads_the_screen_passes() -> None:
     custom = Redactor(extra_patterns={"acme_key": r"acme_[0-9a-f]{8}"})
-    datas = [f'{{"row": {i}}}'.encode() for i in range(100)] + [b'{"key": "acme_0123abcd"}']
-    cleaned = custom.redact_many_same_length(datas)
-    assert cleaned[:100] == [(d, 0) for d in datas[:100]]
-    assert cleaned[100][1] == 1 and b"acme_0123abcd" not in cleaned[100][0]
-    assert len(cleaned[100][0]) == len(datas[100])
+    data = b'{"key": "acme_0123abcd"}'
+    assert redact._SCREEN.candidates(data) == ()
+    cleaned, n = custom.redact_bytes_same_length(data)
+    assert n == 1 and b"acme_0123abcd" not in cleaned and len(cleaned) == len(data)
+
+
+_UNSCREENED = redact._Screen(secret_rules.BUILTIN_RULES, use_re2=False)
+_PIECES = [text for _, text, _ in CASES] + NOT_SECRETS + ["\n", " ", '", "', "\\n", "=", ":", "@", "\xe9", "\ufffd"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES) | st.text(max_size=12), max_size=12), st.binary(max_size=4))
+def test_the_screen_never_changes_what_is_found(parts: list[str], noise: bytes) -> None:
+    # cases, near misses and random text glued together, with raw bytes that are not UTF-8
+    data = noise.join(p.encode("utf-8", "surrogatepass") for p in parts)
+    screened = Redactor().find(data)
+    saved = redact._SCREEN
+    try:
+        redact._SCREEN = _UNSCREENED
+        assert Redactor().find(data) == screened
+    finally:
+        redact._SCREEN = saved
