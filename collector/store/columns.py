@@ -13,6 +13,7 @@ computes them while inserting.
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any, Final
 
 import pyarrow as pa
@@ -175,5 +176,14 @@ def table_of(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
     (rows read back for a late join carry extras), missing ones are null. Built a column at a
     time, which for the ~55 columns of a tool call is about 1.6x faster than
     ``pa.Table.from_pylist``."""
-    arrays = [pa.array([row.get(f.name) for row in rows], type=f.type) for f in schema]
+    try:
+        # rows that have every column (the measured ones): one C call a row takes its values
+        # and zip turns them into columns, ~2.5x faster than a .get per cell
+        values = list(zip(*map(itemgetter(*schema.names), rows), strict=True)) if len(schema) > 1 else None
+    except KeyError:
+        values = None
+    if values and len(values) == len(schema):
+        arrays = [pa.array(column, type=f.type) for column, f in zip(values, schema, strict=True)]
+    else:
+        arrays = [pa.array([row.get(f.name) for row in rows], type=f.type) for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)

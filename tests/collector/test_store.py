@@ -7,12 +7,13 @@ import threading
 import time
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from collector.errors import StoreError
 from collector.store.batch import Batch
 from collector.store.connection import WriteAbandoned, connect, transaction
-from collector.store.database import Store, read_connection
+from collector.store.database import WRITE_THREADS, Store, read_connection
 
 AGENT = textwrap.dedent(
     """
@@ -180,6 +181,22 @@ def _read_from_another_process(db: str) -> str:
 
 def _tool_row(i: int) -> dict[str, object]:
     return {"trace_id": f"{i:032x}", "span_id": f"{i:016x}", "tool_name": "t", "start_ns": 10 + i, "end_ns": 11 + i}
+
+
+def test_batch_writes_run_duckdb_on_one_thread_and_readers_keep_theirs(tmp_path: Path) -> None:
+    # the measuring processes want the other cores (see WRITE_THREADS)
+    db = str(tmp_path / "threads.duckdb")
+    store = Store(db)
+    store.ensure_schema()
+
+    def threads(con: duckdb.DuckDBPyConnection) -> int:
+        return int(con.execute("SELECT current_setting('threads')").fetchone()[0])  # type: ignore[index]
+
+    assert store.in_transaction(threads) == WRITE_THREADS == 1
+    with store.holding():
+        assert store.in_transaction(threads) == 1
+    with read_connection(db) as con, duckdb.connect(":memory:") as fresh:
+        assert threads(con) == threads(fresh)  # DuckDB's default: a thread a core
 
 
 def test_a_held_store_commits_each_write_and_lets_readers_in_when_released(

@@ -139,3 +139,14 @@ def test_a_packed_batch_reads_as_the_rows_it_was_made_of() -> None:
     loaded = plain.arrow("payloads")
     assert loaded is not None and loaded.column("inline").to_pylist() == [b"{}"]
     assert Batch().arrow("tool_calls") is None
+
+
+def test_table_of_takes_whole_rows_and_rows_with_gaps_or_extras_alike() -> None:
+    schema = pa.schema([("a", pa.int64()), ("b", pa.string()), ("c", pa.list_(pa.string()))])
+    whole = [{"a": 1, "b": "x", "c": ["p"]}, {"a": 2, "b": None, "c": []}]
+    assert columns.table_of(whole, schema).to_pylist() == whole
+    # a row without a column reads it as null; keys that are not columns are left out
+    mixed = [*whole, {"a": 3, "extra": "ignored"}]
+    assert columns.table_of(mixed, schema).to_pylist() == [*whole, {"a": 3, "b": None, "c": None}]
+    assert columns.table_of([], schema).num_rows == 0
+    assert columns.table_of([{"a": 5}], pa.schema([("a", pa.int64())])).to_pylist() == [{"a": 5}]
