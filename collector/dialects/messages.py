@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from collector.measure import json_value
 from collector.measure.measurement import without_surrogates
 
 GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"
@@ -106,7 +107,7 @@ def _call_id(value: Any) -> str:
 def _maybe_json(value: Any) -> Any:
     if isinstance(value, str) and value[:1] in ("[", "{", '"'):
         try:
-            return json.loads(value)
+            return json_value.loads(value)
         except (ValueError, RecursionError):
             return value
     return value

@@ -39,6 +39,7 @@ from collector.dialects.conventions import (
 from collector.dialects.reader import MAX_COUNT, SpanReader
 from collector.dialects.usage import read_context_edit, read_usage
 from collector.dialects.wrappers import unwrap
+from collector.measure import json_value
 from collector.measure.retention import parse_ranges
 from collector.measure.text import without_surrogates
 from collector.model import Issue, LlmCall, SpanData, ToolCall
@@ -95,7 +96,7 @@ def json_encoded_text(value: Any) -> tuple[str | bytes, bool]:
     if not isinstance(value, str):
         return _as_payload(value), True
     try:
-        decoded = json.loads(value)
+        decoded = json_value.loads(value)
     except ValueError:
         return value, False
     except RecursionError:  # valid, but nested deeper than the parser goes: not a JSON string

@@ -37,6 +37,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from collector.measure import json_value
+
 ADK_TOOL_RESPONSE = "gcp.vertex.agent.tool_response"
 
 _ENVELOPE_START = re.compile(
@@ -186,7 +188,7 @@ def unwrap(value: Any, key: str | None = None, json_strings: bool = True) -> Unw
         if not json_strings:
             return Unwrapped(value)
         try:
-            decoded = json.loads(value)
+            decoded = json_value.loads(value)
         except (ValueError, RecursionError):
             return Unwrapped(value)
         if isinstance(decoded, str):
@@ -195,7 +197,7 @@ def unwrap(value: Any, key: str | None = None, json_strings: bool = True) -> Unw
     if first not in ("{", "[") or not _ENVELOPE_START.match(head):
         return Unwrapped(value)
     try:
-        parsed = json.loads(value)
+        parsed = json_value.loads(value)
     except (ValueError, RecursionError):
         return Unwrapped(value)
     text, wrapper, call_id, problem = _open(parsed, key)

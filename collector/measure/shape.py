@@ -7,9 +7,10 @@ A shape is one of list, record, document or diagnostic (:func:`infer_shape`); th
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from typing import Any
+
+from collector.measure import json_value
 
 MAX_JSON_BYTES = 64 * 1024 * 1024
 """Larger JSON results are not parsed for shape and fingerprint (said in a warning)."""
@@ -32,7 +33,7 @@ def parse_json(text: str) -> tuple[Any, str | None]:
     if len(text) > MAX_JSON_BYTES:
         return None, f"JSON result over {MAX_JSON_BYTES // (1024 * 1024)} MiB is not parsed; no shape or fingerprint"
     try:
-        return json.loads(text), None
+        return json_value.loads(text), None
     except RecursionError:
         return None, "JSON result is nested deeper than the parser allows; shape and fingerprint not computed"
     except ValueError:
