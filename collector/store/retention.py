@@ -224,9 +224,13 @@ def _fit(store: str, summary: PruneSummary, max_bytes: int, compact: bool) -> No
     A DuckDB file frees a block only when all of its rows are gone, so its used size lags
     behind deletes: the rounds go by an estimate (payload files exactly; the file's inline
     payloads exactly; the rest of the file in proportion to the tool calls left), so they
-    never remove more than the cap asks for. With ``compact`` the file is then rewritten and
-    measured, and rounds go on until the measured size fits.
+    never remove more than the cap asks for. With ``compact`` the file is rewritten first, so
+    the estimate starts from blocks that hold data (a file written in many small flushes uses
+    more blocks than its rows need, and an estimate from those would take payloads the cap can
+    keep), then rewritten again and measured, and rounds go on until the measured size fits.
     """
+    if compact:
+        summary.compacted = _compact(store, always=True)
     base = _Sizes.of(store)
 
     def estimate() -> float:

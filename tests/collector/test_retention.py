@@ -13,7 +13,14 @@ import pytest
 from collector.errors import ConfigError, InputError
 from collector.query.ranking import Filters, ranking
 from collector.store.payloads import blob_id_of, payload_dir
-from collector.store.retention import Retention, payloads_removed_before, prune, store_bytes
+from collector.store.retention import (
+    Retention,
+    _compact,
+    _Sizes,
+    payloads_removed_before,
+    prune,
+    store_bytes,
+)
 
 NOW = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
 DAYS = 60
@@ -129,7 +136,11 @@ def test_sixty_days_keep_thirty_payloads_seven_and_the_kept_rankings_do_not_move
 def test_a_size_cap_removes_the_oldest_payloads_then_rows_and_the_file_fits(fed: str, tmp_path: Path) -> None:
     db = _copy(fed, tmp_path)
     full = store_bytes(db)
-    cap = full * 2 // 3
+    (tmp_path / "measure").mkdir()
+    rewritten = _copy(fed, tmp_path / "measure")  # what the rows need, whatever the flushes that wrote them
+    _compact(rewritten, always=True)
+    sizes = _Sizes.of(rewritten)
+    cap = store_bytes(rewritten) - (sizes.files + sizes.inline) // 2  # about half of the payloads must go
     summary = prune(db, Retention(rows=None, payloads=None, max_bytes=cap), now=NOW, compact=True)
     assert summary.capped and summary.size_before == full
     assert store_bytes(db) <= cap and summary.size_after is not None and summary.size_after <= cap
