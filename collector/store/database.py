@@ -145,6 +145,8 @@ class Store:
         self.lake: L.LakeSpec | None = L.LakeSpec.parse(self.path) if L.is_lake(self.path) else None
         self.commit_retries = 0
         """Lake commits that failed and were tried again (shown in the collector's counters)."""
+        self.rewrites = 0
+        """File writes tried again skipping stored keys (a batch that held one; see :meth:`write`)."""
         if self.lake is not None:
             return
         parent = os.path.dirname(os.path.abspath(self.path))
@@ -305,6 +307,15 @@ class Store:
             WriteAbandoned: :attr:`stop` was set while the write waited to retry.
         """
         if self.lake is None:
+            # a batch rarely holds a key that is stored already, so it first goes in as new (a plain
+            # INSERT: see insertion.insert_batch); one that does (a span sent twice, a spool
+            # replayed) fails on it, is rolled back, and goes in again skipping what is stored
+            try:
+                return self._transaction(lambda con: insertion.insert_batch(con, batch, lake=False, fresh=True))
+            except StoreError as e:
+                if not isinstance(e.__cause__, duckdb.ConstraintException):
+                    raise
+                self.rewrites += 1
             return self._transaction(lambda con: insertion.insert_batch(con, batch, lake=False))
 
         def work(con: duckdb.DuckDBPyConnection) -> WriteResult:

@@ -27,7 +27,7 @@ _TOOL_ROW = f"{_WITH_START_TIME}, 0 AS later_llm_calls"
 
 def insert_new(
     con: duckdb.DuckDBPyConnection, table: str, source: str, keys: tuple[str, ...], lake: bool,
-    select: str = "*", by_start: bool = False,
+    select: str = "*", by_start: bool = False, fresh: bool = False,
 ) -> int:  # fmt: skip
     """Insert the rows of ``source`` (a table, view or subquery) whose ``keys`` are not in ``table`` yet.
 
@@ -35,9 +35,13 @@ def insert_new(
     A file has primary keys (``INSERT OR IGNORE``); a lake has none, so it anti-joins on
     ``keys``, narrowed to the source's time span when ``by_start`` (DuckLake skips other
     files by their min/max ``start_ns``), and drops repeats inside ``source``.
+
+    ``fresh`` (a file only): the rows are taken to be new, and a key already stored raises
+    ``duckdb.ConstraintException`` instead of being skipped (see :func:`insert_batch`).
     """
     if not lake:
-        row = con.execute(f"INSERT OR IGNORE INTO {table} BY NAME SELECT {select} FROM {source}").fetchone()
+        verb = "INSERT" if fresh else "INSERT OR IGNORE"
+        row = con.execute(f"{verb} INTO {table} BY NAME SELECT {select} FROM {source}").fetchone()
         return int(row[0]) if row else 0
     match = " AND ".join(f"t.{k} = s.{k}" for k in keys)
     if by_start:
@@ -57,12 +61,13 @@ def _register(con: duckdb.DuckDBPyConnection, name: str, rows: list[dict[str, An
 
 
 def _insert_rows(
-    con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]] | pa.Table, keys: tuple[str, ...], lake: bool
-) -> int:
+    con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]] | pa.Table, keys: tuple[str, ...], lake: bool,
+    fresh: bool = False,
+) -> int:  # fmt: skip
     name = f"{table}_batch"
     con.register(name, rows if isinstance(rows, pa.Table) else columns.table_of(rows, columns.TABLES[table]))
     try:
-        return insert_new(con, table, name, keys, lake)
+        return insert_new(con, table, name, keys, lake, fresh=fresh)
     finally:
         con.unregister(name)
 
@@ -74,7 +79,7 @@ def _delete_calls(con: duckdb.DuckDBPyConnection, calls: list[tuple[str, str]]) 
         con.execute(f"DELETE FROM {table} WHERE trace_id || ':' || span_id IN (SELECT unnest(?::VARCHAR[]))", [keys])
 
 
-def _insert_tool_rows(con: duckdb.DuckDBPyConnection, rows: pa.Table, lake: bool) -> int:
+def _insert_tool_rows(con: duckdb.DuckDBPyConnection, rows: pa.Table, lake: bool, fresh: bool) -> int:
     """Insert tool calls from ``tool_batch`` (left registered for the window-cost recount)."""
     con.register("tool_batch", rows)
     # a call derived from the messages gives way to the tool span of the same call id (none
@@ -89,7 +94,8 @@ def _insert_tool_rows(con: duckdb.DuckDBPyConnection, rows: pa.Table, lake: bool
         ).fetchall()
         if gone:
             _delete_calls(con, [(t, sp) for t, sp in gone])
-    added = insert_new(con, "tool_calls", "tool_batch", ("trace_id", "span_id"), lake, _TOOL_ROW, by_start=True)
+    added = insert_new(con, "tool_calls", "tool_batch", ("trace_id", "span_id"), lake, _TOOL_ROW, by_start=True,
+                       fresh=fresh)  # fmt: skip
     return added - min(_merge_nested(con), added)
 
 
@@ -253,13 +259,21 @@ def _invalidate_rollups(con: duckdb.DuckDBPyConnection, starts: list[int | None]
         rollup.invalidate(con, min(known) - TRACE_HORIZON_NS, max(known))
 
 
-def insert_batch(con: duckdb.DuckDBPyConnection, batch: Batch, lake: bool) -> WriteResult:
-    """Insert ``batch`` (in the caller's transaction); returns what went in and what may join now."""
+def insert_batch(con: duckdb.DuckDBPyConnection, batch: Batch, lake: bool, fresh: bool = False) -> WriteResult:
+    """Insert ``batch`` (in the caller's transaction); returns what went in and what may join now.
+
+    ``fresh`` (a file only): the batch's tool calls and payloads go in with a plain ``INSERT``,
+    which checks the keys about 2.5x faster than ``INSERT OR IGNORE`` in DuckDB 1.5.5 but
+    raises ``duckdb.ConstraintException`` on a key already stored (a span sent twice, a spool
+    replayed); the caller then rolls back and writes the batch again without ``fresh``. Model
+    calls and message views keep ``OR IGNORE``: every later model call of a conversation
+    repeats its tool messages, so their keys are often stored already.
+    """
     tools = llms = 0
     registered: list[str] = []
     tool_table = batch.arrow("tool_calls")
     if tool_table is not None:
-        tools = _insert_tool_rows(con, tool_table, lake)
+        tools = _insert_tool_rows(con, tool_table, lake, fresh)
         registered.append("tool_batch")
     if batch.llm_rows:
         llms = _insert_llm_rows(con, batch.llm_rows, lake)
@@ -272,7 +286,7 @@ def insert_batch(con: duckdb.DuckDBPyConnection, batch: Batch, lake: bool) -> Wr
         con.unregister(name)
     payload_table = batch.arrow("payloads")
     if payload_table is not None:
-        _insert_rows(con, "payloads", payload_table, ("trace_id", "span_id", "kind"), lake)
+        _insert_rows(con, "payloads", payload_table, ("trace_id", "span_id", "kind"), lake, fresh)
     if batch.message_rows:
         _insert_rows(con, "message_views", batch.message_rows, ("trace_id", "tool_call_id"), lake)
     if batch.issue_rows:

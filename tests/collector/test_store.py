@@ -1,5 +1,6 @@
 """The store's ownership rules with real processes: readers wait out writers, nothing is lost."""
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -250,3 +251,45 @@ def test_a_failed_write_while_held_closes_the_file_and_the_next_write_reopens_it
         store.write(Batch(tool_rows=[_tool_row(3)]))
     with read_connection(db) as con:
         assert con.execute("SELECT count(*) FROM tool_calls").fetchone() == (2,)
+
+
+def _tool_spans(*span_ids: int) -> bytes:
+    """An OTLP/JSON request of tool spans in one trace (a 40 KB result each: its payload goes to a file)."""
+    spans = [
+        {"traceId": "ab" * 16, "spanId": f"{i:016x}", "name": "execute_tool search",
+         "startTimeUnixNano": str(1_700_000_000_000_000_000 + i), "endTimeUnixNano": str(1_700_000_000_000_000_500 + i),
+         "attributes": [{"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}},
+                        {"key": "gen_ai.tool.name", "value": {"stringValue": "search"}},
+                        {"key": "gen_ai.tool.call.result", "value": {"stringValue": f"hit {i} " * 5000}}]}
+        for i in span_ids
+    ]  # fmt: skip
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}).encode()
+
+
+def test_a_batch_holding_stored_calls_is_written_again_skipping_them(tmp_path: Path) -> None:
+    from collector.config import CollectorConfig
+    from collector.decode.request import JSON, decode_traces
+    from collector.dialects.spans import classify
+    from collector.model import Item
+    from collector.pipeline import Pipeline
+
+    pipeline = Pipeline(CollectorConfig(db=str(tmp_path / "dups.duckdb")))
+    pipeline.store.ensure_schema()
+
+    def write(*span_ids: int) -> int:
+        spans = decode_traces(_tool_spans(*span_ids), JSON, "otlp").spans
+        return pipeline.write(pipeline.build_batch([Item(classify(s.name, s.attributes), s) for s in spans])).tool_calls
+
+    def stored() -> tuple[int, int]:
+        with read_connection(pipeline.store.path) as con:
+            return con.execute(  # type: ignore[return-value]
+                "SELECT (SELECT count(*) FROM tool_calls), (SELECT count(*) FROM payloads)"
+            ).fetchone()
+
+    assert write(1, 2, 3) == 3 and pipeline.store.rewrites == 0  # new keys: one plain insert
+    assert stored() == (3, 3)
+    assert write(3, 4) == 1 and pipeline.store.rewrites == 1  # span 3 again (an exporter's resend)
+    assert stored() == (4, 4)
+    assert write(5, 5, 6) == 2 and pipeline.store.rewrites == 2  # the same span twice in one batch
+    assert stored() == (6, 6)
+    assert write(1, 2, 3, 4, 5, 6) == 0 and stored() == (6, 6)  # all stored: nothing changes
