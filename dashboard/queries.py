@@ -173,7 +173,8 @@ class SchemaChange:
 
 def _fields(con: duckdb.DuckDBPyConnection, tool: str, fingerprint: str) -> list[str]:
     row = con.execute(
-        "SELECT schema_fields FROM tool_calls WHERE tool_name = ? AND schema_fingerprint = ? LIMIT 1",
+        # the list most of its calls have: a field's type may differ between calls of one fingerprint
+        "SELECT mode(schema_fields) FROM tool_calls WHERE tool_name = ? AND schema_fingerprint = ?",
         [tool, fingerprint],
     ).fetchone()
     return list(row[0]) if row and row[0] else []

@@ -163,8 +163,11 @@ def _share(con: duckdb.DuckDBPyConnection, tool: str, fp: str, start: datetime, 
 
 
 def schema_fields(con: duckdb.DuckDBPyConnection, tool: str, fp: str) -> list[str]:
+    """The field list most calls of ``fp`` have: the fingerprint keeps structure only, so one
+    field's JSON type can differ between its calls (``null`` where a result held no value), and
+    any one row's list would make the diff depend on which row is read first."""
     row = con.execute(
-        "SELECT schema_fields FROM tool_calls WHERE tool_name = ? AND schema_fingerprint = ? LIMIT 1", [tool, fp]
+        "SELECT mode(schema_fields) FROM tool_calls WHERE tool_name = ? AND schema_fingerprint = ?", [tool, fp]
     ).fetchone()
     return list(row[0]) if row and row[0] else []
 
