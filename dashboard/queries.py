@@ -15,7 +15,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from collector.alerts.detection import schema_diff
+from collector.alerts.detection import schema_diff, schema_fields
 from collector.query import coverage as cov
 from collector.query.ranking import Filters, collector_totals, ranking, rolled_days, uncovered_calls
 from collector.store.database import rows_as_dicts
@@ -171,15 +171,6 @@ class SchemaChange:
     changed: tuple[str, ...]
 
 
-def _fields(con: duckdb.DuckDBPyConnection, tool: str, fingerprint: str) -> list[str]:
-    row = con.execute(
-        # the list most of its calls have: a field's type may differ between calls of one fingerprint
-        "SELECT mode(schema_fields) FROM tool_calls WHERE tool_name = ? AND schema_fingerprint = ?",
-        [tool, fingerprint],
-    ).fetchone()
-    return list(row[0]) if row and row[0] else []
-
-
 def diff_fields(before: list[str], after: list[str]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """(added, removed, type-changed) between two ``path:type`` field lists."""
     diff = schema_diff(before, after)
@@ -195,7 +186,7 @@ def schema_changes(con: duckdb.DuckDBPyConnection, filters: Filters, tool: str) 
         if not isinstance(fp, str):
             continue
         if previous is not None and fp != previous:
-            added, removed, changed = diff_fields(_fields(con, tool, previous), _fields(con, tool, fp))
+            added, removed, changed = diff_fields(schema_fields(con, tool, previous), schema_fields(con, tool, fp))
             changes.append(SchemaChange(pd.Timestamp(day).date(), previous, fp, added, removed, changed))
         previous = fp
     return changes

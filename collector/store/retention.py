@@ -227,7 +227,8 @@ def _fit(store: str, summary: PruneSummary, max_bytes: int, compact: bool) -> No
     never remove more than the cap asks for. With ``compact`` the file is rewritten first, so
     the estimate starts from blocks that hold data (a file written in many small flushes uses
     more blocks than its rows need, and an estimate from those would take payloads the cap can
-    keep), then rewritten again and measured, and rounds go on until the measured size fits.
+    keep), rewritten again if rounds removed anything, and measured; rounds go on until the
+    measured size fits.
     """
     if compact:
         summary.compacted = _compact(store, always=True)
@@ -238,12 +239,14 @@ def _fit(store: str, summary: PruneSummary, max_bytes: int, compact: bool) -> No
         rest = max(base.db - base.inline, 0) * (now.calls / base.calls if base.calls else 0)
         return now.files + now.inline + rest
 
+    removed = False
     for what in ("payloads", "rows"):
         while estimate() > max_bytes and _remove_tenth(store, summary, what):
-            pass
+            removed = True
     if not compact:
         return
-    summary.compacted = _compact(store, always=True)
+    if removed:  # else the rewrite above is the file as it stands
+        _compact(store, always=True)
     # room for two blocks: the record of this run, and the file's metadata, written after
     limit = max_bytes - 2 * base.block
     for what in ("payloads", "rows"):
