@@ -84,7 +84,7 @@ class Pipeline:
         batch = Batch()
         issues = list(extra_issues or [])
         failed = 0
-        seen_views = self._message_views(items, batch)
+        seen_views = self._message_views(items, batch, issues)
         calls = self._tool_calls(items, seen_views, issues)
         for item in items:
             try:
@@ -199,7 +199,9 @@ class Pipeline:
                                      warnings=c.warnings + _order_warning(how, c))  # fmt: skip
         return {**calls, **failed}
 
-    def _message_views(self, items: list[Item], batch: Batch) -> dict[tuple[str, str], tuple[ToolResponse, SpanLike]]:
+    def _message_views(
+        self, items: list[Item], batch: Batch, issues: list[Issue]
+    ) -> dict[tuple[str, str], tuple[ToolResponse, SpanLike]]:
         """Record the tool responses that LLM calls' inputs carried; return them by (trace, call id).
 
         Inputs come from LLM spans (attributes or events) and from log records of the GenAI
@@ -208,23 +210,42 @@ class Pipeline:
         views: dict[tuple[str, str], tuple[ToolResponse, SpanLike]] = {}
         found: list[tuple[ToolResponse, SpanLike]] = []
         groups: dict[tuple[str, str], list[Any]] = {}
+        # the names of the tool calls the messages asked for, by (trace, call id); with log records
+        # a tool's response and the assistant message naming it can arrive in different batches
+        asked: dict[tuple[str, str], tuple[str, int]] = {}
+        untraced = 0
         for item in items:
             if item.kind == LLM:
                 sp = item.span
+                names: dict[str, str] = {}
                 found += [(r, SpanLike(sp.trace_id, sp.span_id, sp.start_ns, sp.resource, sp.attributes))
-                          for r in tool_responses(sp.attributes, sp.events)]  # fmt: skip
+                          for r in tool_responses(sp.attributes, sp.events, names)]  # fmt: skip
+                asked.update(((sp.trace_id, cid), (name, sp.start_ns)) for cid, name in names.items())
             elif item.kind == LOG and is_message_event(item.span):  # type: ignore[arg-type]
                 log: Any = item.span
-                groups.setdefault((log.trace_id, log.span_id or ""), []).append(log)
+                if log.trace_id:
+                    groups.setdefault((log.trace_id, log.span_id or ""), []).append(log)
+                else:
+                    untraced += 1
+        if untraced:
+            issues.append(Issue("logs", (
+                f"{untraced} GenAI message log record(s) carry no trace id, so the tool responses in them "
+                "cannot be tied to a model call or a tool call and were skipped; emit them inside the model "
+                "call's span (the logger provider and the tracer provider of one process share the context)"),
+                field="traceId"))  # fmt: skip
         for (trace_id, span_id), logs in groups.items():
             logs.sort(key=lambda rec: rec.time_ns)
             events = [(_log_event_name(rec), rec.attributes, rec.body) for rec in logs]
             like = SpanLike(trace_id, span_id, logs[0].time_ns, logs[0].resource, logs[0].attributes)
-            found += [(r, like) for r in responses_from_logs(events)]
+            names = {}
+            found += [(r, like) for r in responses_from_logs(events, names)]
+            asked.update(((trace_id, cid), (name, like.start_ns)) for cid, name in names.items())
         for response, like in found:
             key = (like.trace_id, response.call_id)
             if key in views:
                 continue
+            if response.name is None and key in asked:
+                response = replace(response, name=asked[key][0])
             views[key] = (response, like)
             span = like
             text = response.text
@@ -243,6 +264,10 @@ class Pipeline:
             else:
                 row["tokens"] = self.counter.count(text).tokens
             batch.message_rows.append(row)
+        # names whose response is not in this batch: the store names its views with them, whichever comes first
+        batch.name_rows = [{"trace_id": trace_id, "tool_call_id": cid, "tool_name": name, "asked_ns": at}
+                           for (trace_id, cid), (name, at) in asked.items()
+                           if (trace_id, cid) not in views]  # fmt: skip
         return views
 
     def _log_item(self, item: Item, batch: Batch, issues: list[Issue]) -> None:

@@ -296,9 +296,14 @@ def new_conversation() -> _Conversation:
 
 
 def tool_responses(
-    attrs: Mapping[str, Any], events: Iterable[tuple[str, Mapping[str, Any], Any]] = ()
-) -> list[ToolResponse]:
-    """Each tool response in an LLM call's input (attributes first, then its events), once per call id."""
+    attrs: Mapping[str, Any], events: Iterable[tuple[str, Mapping[str, Any], Any]] = (),
+    names: dict[str, str] | None = None,
+) -> list[ToolResponse]:  # fmt: skip
+    """Each tool response in an LLM call's input (attributes first, then its events), once per call id.
+
+    ``names``, when given, gets the name of every tool call the input's messages asked for, by
+    call id (responses that arrive elsewhere can be named from it).
+    """
     conv = new_conversation()
     if attrs.get(GEN_AI_INPUT_MESSAGES) is not None:
         _messages(conv, attrs[GEN_AI_INPUT_MESSAGES])
@@ -312,11 +317,18 @@ def tool_responses(
                     break
     if not conv.responses:
         read_events(conv, events)
+    if names is not None:
+        names.update(conv.names)
     return _unique(conv)
 
 
-def responses_from_logs(logs: Iterable[tuple[str, Mapping[str, Any], Any]]) -> list[ToolResponse]:
-    """Tool responses in one LLM call's input given as log records (in the order they were emitted)."""
+def responses_from_logs(
+    logs: Iterable[tuple[str, Mapping[str, Any], Any]], names: dict[str, str] | None = None
+) -> list[ToolResponse]:
+    """Tool responses in one LLM call's input given as log records (in the order they were emitted);
+    ``names`` as for :func:`tool_responses`."""
     conv = new_conversation()
     read_events(conv, logs)
+    if names is not None:
+        names.update(conv.names)
     return _unique(conv)

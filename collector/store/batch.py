@@ -27,6 +27,8 @@ class Batch:
     payload_rows: list[dict[str, Any]] = field(default_factory=list)
     issue_rows: list[dict[str, Any]] = field(default_factory=list)
     message_rows: list[dict[str, Any]] = field(default_factory=list)
+    name_rows: list[dict[str, Any]] = field(default_factory=list)
+    """Tool names the messages gave for call ids whose response is not in this batch."""
     stats: dict[str, Any] | None = None
     join_traces: list[str] = field(default_factory=list)
     """Traces whose tool calls may now be joined to a message view (see WriteResult)."""
@@ -93,6 +95,7 @@ class Batch:
         self.payload_rows += other.payload_rows
         self.issue_rows += other.issue_rows
         self.message_rows += other.message_rows
+        self.name_rows += other.name_rows
         for table, parts in other.packed.items():
             self.packed.setdefault(table, []).extend(parts)
 

@@ -131,6 +131,16 @@ MESSAGE_VIEWS: Final = pa.schema(
 )
 """A row of ``message_views``: a tool response as an LLM call's input carried it."""
 
+TOOL_CALL_NAMES: Final = pa.schema(
+    [
+        ("trace_id", pa.string()),
+        ("tool_call_id", pa.string()),
+        ("tool_name", pa.string()),
+        ("asked_ns", pa.int64()),
+    ]
+)
+"""A row of ``tool_call_names``: the tool a model's messages named for a call id."""
+
 INGEST_ISSUES: Final = pa.schema(
     [
         ("collector_id", pa.string()),
@@ -149,6 +159,7 @@ TABLES: Final = {
     "llm_calls": LLM_CALLS,
     "payloads": PAYLOADS,
     "message_views": MESSAGE_VIEWS,
+    "tool_call_names": TOOL_CALL_NAMES,
     "ingest_issues": INGEST_ISSUES,
 }
 """The tables batches insert into, with the schema of their rows."""

@@ -59,7 +59,7 @@ class MaintenanceSummary:
         ]
 
 
-_DATA_TABLES = ("tool_calls", "llm_calls", "payloads", "message_views", "ingest_issues", "alerts")
+_DATA_TABLES = ("tool_calls", "llm_calls", "payloads", "message_views", "tool_call_names", "ingest_issues", "alerts")
 
 
 def _lake_only(store: str) -> L.LakeSpec:
@@ -170,6 +170,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "llm_calls": ("trace_id", "span_id"),
     "payloads": ("trace_id", "span_id", "kind"),
     "message_views": ("trace_id", "tool_call_id"),
+    "tool_call_names": ("trace_id", "tool_call_id"),
     "alerts": ("alert_id",),
     "collector_stats": ("collector_id", "updated_at"),
     "ingest_issues": ("logged_at", "collector_id", "span_id", "message"),

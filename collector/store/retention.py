@@ -147,6 +147,8 @@ def _remove(store: str, summary: PruneSummary, payloads_cut: datetime | None, ro
             _count(summary, "payloads", con, _PAYLOADS_OF_CALLS_BEFORE, [payloads_cut])
             _count(summary, "message_views", con, "DELETE FROM message_views WHERE llm_start_ns < ?",
                    [_ns(payloads_cut)])  # fmt: skip
+            _count(summary, "tool_call_names", con, "DELETE FROM tool_call_names WHERE asked_ns < ?",
+                   [_ns(payloads_cut)])  # fmt: skip
         if rows_cut is not None:
             _count(summary, "payloads", con, _PAYLOADS_OF_CALLS_BEFORE, [rows_cut])
             for table, sql in _ROWS_BEFORE:

@@ -183,6 +183,17 @@ ALTER TABLE message_views ADD COLUMN IF NOT EXISTS llm_start_ns BIGINT;
 ALTER TABLE message_views ADD COLUMN IF NOT EXISTS service_name VARCHAR;
 ALTER TABLE message_views ADD COLUMN IF NOT EXISTS dialect VARCHAR;
 
+-- The tool a model call asked for, by call id, kept when the response to it was not in the
+-- same batch: log records of one model call can reach the store in different batches, and
+-- a response whose message carries no name (the GenAI tool message) is named from here.
+CREATE TABLE IF NOT EXISTS tool_call_names (
+    trace_id      VARCHAR NOT NULL,
+    tool_call_id  VARCHAR NOT NULL,
+    tool_name     VARCHAR NOT NULL,
+    asked_ns      BIGINT,             -- when the model call whose messages named it started
+    PRIMARY KEY (trace_id, tool_call_id)
+);
+
 -- Batches committed to a DuckLake store, one row each, written in the batch's own
 -- transaction: a writer that retries a commit whose outcome it could not see (the catalog
 -- went away mid-commit) finds the id here and writes nothing twice. Unused by DuckDB files.

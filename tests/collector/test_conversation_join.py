@@ -155,3 +155,67 @@ def test_truncation_is_the_same_below_and_over_the_payload_cap(provider_with, db
     assert rows(db_path, "truncated, truncation_kind, retained_ranges, retained_bytes, view_source") == [
         (True, "head_tail", [[0, 4000], [n - 2000, n]], 6000, "message")
     ]
+
+
+@pytest.mark.parametrize("order", ["names first", "responses first"])
+def test_a_model_calls_log_records_split_across_batches_still_name_its_tools(serve, db_path: str, order: str) -> None:  # type: ignore[no-untyped-def]
+    """The GenAI per-message log records of one model call, as the OpenAI instrumentation emits them:
+    the assistant message names the tools, the tool messages carry only the call id. An exporter can
+    send them in different requests that reach the store in different batches, in either order."""
+    from opentelemetry._logs import LogRecord
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
+    from opentelemetry.sdk.trace import TracerProvider
+
+    r = serve()
+    logs = LoggerProvider(shutdown_on_exit=False)
+    logs.add_log_record_processor(SimpleLogRecordProcessor(OTLPLogExporter(endpoint=f"{r.url}/v1/logs")))
+    logger = logs.get_logger("opentelemetry.instrumentation.openai_v2")
+    tracer = TracerProvider(shutdown_on_exit=False).get_tracer("app")
+    asked = {"call_w": "get_weather", "call_o": "lookup_order"}
+    with tracer.start_as_current_span("chat gpt-4o"):  # the records belong to the model call's span
+        assistant = LogRecord(event_name="gen_ai.assistant.message", body={"tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": name}} for cid, name in asked.items()]})  # fmt: skip
+        answers = [LogRecord(event_name="gen_ai.tool.message", body={"content": f"result of {cid}", "id": cid})
+                   for cid in asked]  # fmt: skip
+        parts = [[assistant], answers] if order == "names first" else [answers, [assistant]]
+        for part in parts:  # each part a request of its own, written in a batch of its own
+            for record in part:
+                logger.emit(record)
+            assert r.receiver.flush(timeout_s=30)
+    logs.shutdown()
+    with read_connection(db_path) as con:
+        views = con.execute("SELECT tool_call_id, tool_name FROM message_views ORDER BY 1").fetchall()
+        calls = con.execute("SELECT tool_call_id, tool_name, origin FROM tool_calls ORDER BY 1").fetchall()
+    assert views == [("call_o", "lookup_order"), ("call_w", "get_weather")]
+    assert calls == [("call_o", "lookup_order", "messages"), ("call_w", "get_weather", "messages")]
+
+
+def test_message_log_records_without_a_trace_are_skipped_and_said(serve, db_path: str) -> None:  # type: ignore[no-untyped-def]
+    from opentelemetry._logs import LogRecord
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
+    from opentelemetry.sdk.trace import TracerProvider
+
+    r = serve()
+    logs = LoggerProvider(shutdown_on_exit=False)
+    logs.add_log_record_processor(SimpleLogRecordProcessor(OTLPLogExporter(endpoint=f"{r.url}/v1/logs")))
+    logger = logs.get_logger("opentelemetry.instrumentation.openai_v2")
+    # outside any span: nothing ties the response to a model call
+    logger.emit(LogRecord(event_name="gen_ai.tool.message", body={"content": "lost", "id": "call_a"}))
+    assert r.receiver.flush(timeout_s=30)
+    with TracerProvider(shutdown_on_exit=False).get_tracer("app").start_as_current_span("chat gpt-4o"):
+        logger.emit(LogRecord(event_name="gen_ai.tool.message", body={"content": "kept", "id": "call_b"}))
+    assert r.receiver.flush(timeout_s=30)  # the store still takes batches after the untraced one
+    logs.shutdown()
+    with read_connection(db_path) as con:
+        views = con.execute("SELECT tool_call_id FROM message_views").fetchall()
+        issues = con.execute("SELECT field, message FROM ingest_issues").fetchall()
+    assert views == [("call_b",)]
+    assert (
+        len(issues) == 1
+        and issues[0][0] == "traceId"
+        and "1 GenAI message log record(s) carry no trace id" in issues[0][1]
+    )
