@@ -636,6 +636,54 @@ def test_hostile_protobuf_spans_never_cost_the_good_ones(pipeline, counter, batc
     check_mixed_batch(pipeline, PROTOBUF, counter, batch, data)
 
 
+CALL_IDS = st.none() | st.text(max_size=6) | st.sampled_from(["c1", "c2", ""]) | st.integers(-(2**63), 2**63 - 1)
+SMALL_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats() | st.text(max_size=20),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=8), kids, max_size=3),
+    max_leaves=10,
+)
+TOOL_CALLS = st.lists(
+    st.fixed_dictionaries({}, optional={
+        "id": CALL_IDS, "type": st.just("function"), "name": SMALL_JSON,
+        "function": st.fixed_dictionaries({}, optional={"name": st.text(max_size=6) | SMALL_JSON}) | SMALL_JSON}),
+    max_size=3,
+)  # fmt: skip
+MESSAGE_BODIES = SMALL_JSON | st.fixed_dictionaries({}, optional={
+    "content": SMALL_JSON, "id": CALL_IDS, "tool_call_id": CALL_IDS, "name": st.text(max_size=6) | SMALL_JSON,
+    "role": st.sampled_from(["tool", "assistant", "user", ""]) | SMALL_JSON, "tool_calls": TOOL_CALLS | SMALL_JSON})  # fmt: skip
+MESSAGE_EVENTS = st.sampled_from(["gen_ai.tool.message", "gen_ai.assistant.message", "gen_ai.user.message",
+                                  "gen_ai.choice", "gen_ai.client.inference.operation.details", ""])  # fmt: skip
+
+
+@fuzz(ci=25, share=10)
+@given(records=st.lists(st.tuples(MESSAGE_EVENTS, MESSAGE_BODIES, st.booleans(), st.booleans()), min_size=1,
+                        max_size=6), cut=st.integers(0, 6))  # fmt: skip
+def test_hostile_message_log_records_never_fail_a_write(pipeline, records, cut: int) -> None:  # type: ignore[no-untyped-def]
+    """GenAI message log records of any shape, with and without a trace or span, split over two
+    batches anywhere: both batches are written, and records with no trace are said to be skipped."""
+    trace = fresh_trace()
+    batches = []
+    for part in (records[:cut], records[cut:]):
+        req = ExportLogsServiceRequest()
+        scope = req.resource_logs.add().scope_logs.add()
+        for i, (event, body, traced, in_span) in enumerate(part):
+            rec = scope.log_records.add()
+            rec.time_unix_nano, rec.event_name = 1_800_000_000_000_000_000 + i, event
+            if traced:
+                rec.trace_id = bytes.fromhex(trace)
+            if in_span:
+                rec.span_id = b"\x01" * 8
+            proto_any(body, rec.body)
+        decoded = decode_logs(req.SerializeToString(), PROTOBUF, "otlp")
+        batches.append(pipeline.build_batch([Item("log", log) for log in decoded.logs]))  # type: ignore[arg-type]
+    for batch, part in zip(batches, (records[:cut], records[cut:]), strict=True):
+        pipeline.write(batch)  # raises nothing: a write that failed here would be retried forever
+        untraced = sum(1 for event, _, traced, _ in part if not traced and event not in ("", "gen_ai.choice"))
+        said = [r for r in batch.issue_rows if r["field"] == "traceId"]
+        assert len(said) == (1 if untraced else 0)
+        assert all(r["trace_id"] == trace for r in batch.message_rows + batch.name_rows)
+
+
 # --- (c) declared retained ranges ----------------------------------------------------------------
 
 OFFSETS = st.integers(-(2**70), 2**70) | st.integers(-5, 300)

@@ -262,3 +262,24 @@ def test_export_from_a_lake_round_trips(lake_store: str, samples_file: str, tmp_
         stored = con.execute("SELECT trace_id, span_id, view_tokens FROM tool_calls ORDER BY ALL").fetchall()
         read = con.execute(f"SELECT trace_id, span_id, view_tokens FROM read_parquet('{out}') ORDER BY ALL").fetchall()
     assert read == stored and len(read) > 1000
+
+
+@pytest.mark.parametrize("order", ["names first", "views first"])
+def test_a_lake_names_views_from_names_that_came_in_another_batch(lake_store: str, order: str) -> None:
+    from collector.store.batch import Batch
+    from collector.store.database import Store
+
+    view = {"trace_id": "t1", "tool_call_id": "c1", "llm_span_id": "s1", "bytes": 2, "inline": b"ok",
+            "tool_name": None, "position": 0, "llm_start_ns": 1_800_000_000_000_000_000}  # fmt: skip
+    derived = {"trace_id": "t1", "span_id": "d1", "tool_call_id": "c1", "tool_name": "(unnamed)",
+               "origin": "messages", "start_ns": view["llm_start_ns"] - 1, "end_ns": view["llm_start_ns"] - 1}  # fmt: skip
+    named = {"trace_id": "t1", "tool_call_id": "c1", "tool_name": "lookup_order", "asked_ns": view["llm_start_ns"]}
+    views = Batch(message_rows=[view], tool_rows=[derived], join_traces=["t1"])
+    names = Batch(name_rows=[named])
+    store = Store(lake_store)
+    store.ensure_schema()
+    for batch in (names, views) if order == "names first" else (views, names):
+        store.write(batch)
+    with read_connection(lake_store) as con:
+        assert con.execute("SELECT tool_name FROM message_views").fetchall() == [("lookup_order",)]
+        assert con.execute("SELECT tool_name FROM tool_calls").fetchall() == [("lookup_order",)]
