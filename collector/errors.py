@@ -5,6 +5,7 @@
     ToolmeterError
      ├── ConfigError     a setting has a bad value (names the setting and what is allowed)
      ├── StoreError      the DuckDB store cannot be opened, read or written
+     │    └── RejectedRows  the store refused a batch's rows (writing them again fails the same way)
      └── InputError      a trace file or span cannot be read (names the file, span and field)
 
 Nothing here is ever raised into an agent's span-ending thread: the processor catches
@@ -24,6 +25,12 @@ class ConfigError(ToolmeterError, ValueError):
 
 class StoreError(ToolmeterError):
     """The DuckDB store cannot be used."""
+
+
+class RejectedRows(StoreError):
+    """The store refused a batch's rows: a value it cannot hold (a missing key, a number out of
+    range). Unlike a held file or a full disk, writing the same rows again fails the same way,
+    so a writer sets the batch aside (counted and said) instead of retrying it."""
 
 
 class InputError(ToolmeterError, ValueError):

@@ -29,7 +29,7 @@ from collector.dialects.messages import (
     tool_responses,
 )
 from collector.dialects.spans import LLM, TOOL, extract_llm_call, extract_tool_call
-from collector.errors import StoreError
+from collector.errors import RejectedRows, StoreError
 from collector.joins import ORDER_WARNING, ViewJoins
 from collector.measure.measurement import measure, without_surrogates
 from collector.measure.redaction import Redactor
@@ -330,6 +330,21 @@ class Pipeline:
             self.counters.llm_calls_written += result.llm_calls
             self.counters.duplicates += result.duplicates
         return result
+
+    def set_aside(self, batch: Batch, what: str, reason: RejectedRows, kept: str = "", queued: int = 0) -> None:
+        """Record that the store refused ``batch`` (``what`` names it): its tool and model calls
+        count as failed, and an error-level ingest issue says why, written with the batch's spool
+        position so that the writer goes on past it instead of retrying it for ever."""
+        lost = batch.tool_count + len(batch.llm_rows)
+        logger.error("toolmeter: the store refused %s (%d call(s) not stored): %s%s", what, lost, reason,
+                     f"; {kept}" if kept else "")  # fmt: skip
+        with self.lock:
+            self.counters.failed += lost
+        message = (f"{what} could not be stored and was set aside ({lost} call(s) not stored): {reason}"
+                   + (f"; {kept}" if kept else "") + ". Please report it with the toolmeter version.")  # fmt: skip
+        issue = {"collector_id": self.collector_id, "level": "error", "source": "store", "trace_id": None,
+                 "span_id": None, "field": None, "message": message}  # fmt: skip
+        self.write(Batch(issue_rows=[issue], progress=batch.progress), queued)
 
 
 ROLLUP_EVERY_S = 600.0

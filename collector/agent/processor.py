@@ -32,7 +32,7 @@ from collector.agent.relay import Relay
 from collector.config import CollectorConfig
 from collector.dialects import attributes as A
 from collector.dialects.spans import RESULT_KEYS, classify
-from collector.errors import ConfigError, StoreError
+from collector.errors import ConfigError, RejectedRows, StoreError
 from collector.model import Item, SpanData, gen_ai_events
 from collector.worker import BatchWorker
 
@@ -253,7 +253,20 @@ class ToolResultProcessor(SpanProcessor):
         with pipeline.lock:
             pipeline.counters.spans_seen = w.offered
             pipeline.counters.dropped = w.dropped
-        pipeline.write(batch, queued=w.queued)
+        try:
+            pipeline.write(batch, queued=w.queued)
+        except RejectedRows as e:
+            # retrying would fail the same way: write the spans one at a time, setting aside
+            # (counting and saying) each one the store refuses again
+            logger.error("toolmeter: the store refused a batch of %d span(s) (%s); writing them one at a time",
+                         len(items), e)  # fmt: skip
+            for item in items:
+                data = _as_span_data(item)
+                one = pipeline.build_batch([data])
+                try:
+                    pipeline.write(one, queued=w.queued)
+                except RejectedRows as again:
+                    pipeline.set_aside(one, f"span {data.span.span_id} ({data.span.name})", again)
         self._pending = None
 
     def _forward(self, items: list[Item]) -> None:

@@ -33,7 +33,7 @@ from aiohttp import web
 
 from collector import config as config_module
 from collector.config import DEFAULT_MAX_BODY_BYTES, CollectorConfig
-from collector.errors import StoreError
+from collector.errors import RejectedRows, StoreError
 from collector.measuring import MeasuringPool, decode_requests
 from collector.pipeline import Pipeline, interleaved
 from collector.serve import spool as S
@@ -233,9 +233,27 @@ class Receiver:
                     self._prefetch()
                 last = part[-1]
                 batch.progress = (self.receiver_id, last[0], last[1])
-                self.pipeline.write(batch, queued=self._worker.queued)
+                try:
+                    self.pipeline.write(batch, queued=self._worker.queued)
+                except RejectedRows as e:
+                    self._write_each(part, e)
                 self._stored = (last[0], last[1])
                 self.spool.release(last[0])
+
+    def _write_each(self, records: list[Record], error: RejectedRows) -> None:
+        """The store refused a slice's rows: write its requests one at a time, and set aside
+        (keep the body, count and say it) each one it refuses again, so one bad request does
+        not stop every later one behind it."""
+        logger.error("toolmeter receiver: the store refused a slice of %d request(s) (%s); writing them one at a time",
+                     len(records), error)  # fmt: skip
+        for segment, offset, kind, body in records:
+            one = self._measure_here([(kind, body)])
+            one.progress = (self.receiver_id, segment, offset)
+            try:
+                self.pipeline.write(one, queued=self._worker.queued)
+            except RejectedRows as e:
+                kept = self.spool.set_aside(segment, offset, kind, body)
+                self.pipeline.set_aside(one, f"request {segment}:{offset} of the spool", e, kept, self._worker.queued)
 
     def _take_prefetched(self, records: list[Record]) -> tuple[list[list[Record]], Callable[[], Batch]]:
         """The slices of ``records`` and the measuring of the first, started already when the

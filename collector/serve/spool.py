@@ -31,6 +31,11 @@ LOGS_PROTOBUF = 3
 LOGS_JSON = 4
 
 SEGMENT_BYTES = 64 * 1024 * 1024
+
+SET_ASIDE_MAX = 100
+"""Request bodies kept in a spool's ``rejected/`` folder at most."""
+_KIND_SUFFIX = {TRACES_PROTOBUF: "traces.pb", TRACES_JSON: "traces.json", LOGS_PROTOBUF: "logs.pb",
+                LOGS_JSON: "logs.json"}  # fmt: skip
 """A new segment starts once the current one is this large."""
 
 
@@ -91,6 +96,22 @@ class Spool:
             except OSError as e:
                 self._undo(start)
                 raise StoreError(f"cannot write to the spool in {self.folder}: {e.strerror}") from e
+
+    def set_aside(self, segment: int, offset: int, kind: int, body: bytes) -> str:
+        """Keep the body of a request the store refused in ``rejected/`` (for a report; the
+        spool moves on past it); returns where, or why it was not kept. At most
+        :data:`SET_ASIDE_MAX` are kept: a fault that refuses every request must not fill the disk."""
+        folder = os.path.join(self.folder, "rejected")
+        try:
+            os.makedirs(folder, exist_ok=True)
+            if len(os.listdir(folder)) >= SET_ASIDE_MAX:
+                return f"its body was not kept: {folder} holds {SET_ASIDE_MAX} set-aside requests already"
+            path = os.path.join(folder, f"request-{segment:08d}-{offset:012d}.{_KIND_SUFFIX.get(kind, 'bin')}")
+            with open(path, "wb") as f:
+                f.write(body)
+            return f"its body is kept in {path}"
+        except OSError as e:
+            return f"its body could not be kept in {folder}: {e.strerror}"
 
     def _undo(self, start: int | None) -> None:
         """Forget a record that failed half-way (holding ``_lock``).

@@ -46,8 +46,9 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import duckdb
+import pyarrow as pa
 
-from collector.errors import StoreError
+from collector.errors import RejectedRows, StoreError
 from collector.store import insertion
 from collector.store import lake as L
 from collector.store.batch import Batch, WriteResult
@@ -88,6 +89,12 @@ __all__ = [
 logger = logging.getLogger("toolmeter")
 
 _T = TypeVar("_T")
+
+_REFUSED = (duckdb.DataError, duckdb.IntegrityError)
+"""DuckDB's errors about the values written (a NOT NULL or key constraint, a conversion, a number
+out of range): the same rows fail the same way every time."""
+_UNBUILDABLE = (pa.ArrowException, OverflowError, TypeError)
+"""Errors building a batch's Arrow tables from its rows: a value no column type can hold."""
 
 LAKE_COMMIT_ATTEMPTS = 8
 """Tries of one lake commit before :meth:`Store.write` gives the batch back to its caller."""
@@ -303,9 +310,26 @@ class Store:
         """Insert ``batch`` in one transaction.
 
         Raises:
+            RejectedRows: the store refused a value of the batch (a constraint, a conversion, a
+                number out of range); nothing of the batch is stored, and writing it again fails.
             StoreError: the store could not be opened or written; nothing of the batch is stored.
             WriteAbandoned: :attr:`stop` was set while the write waited to retry.
         """
+        try:
+            return self._write(batch)
+        except WriteAbandoned:
+            raise
+        except StoreError as e:
+            cause = e.__cause__
+            while isinstance(cause, StoreError):  # a lake commit's error wraps the attempt's
+                cause = cause.__cause__
+            if isinstance(cause, _REFUSED):
+                raise RejectedRows(str(e)) from cause
+            raise
+        except _UNBUILDABLE as e:  # a value the batch's Arrow tables cannot hold
+            raise RejectedRows(f"cannot build the rows of a batch for {self.display}: {type(e).__name__}: {e}") from e
+
+    def _write(self, batch: Batch) -> WriteResult:
         if self.lake is None:
             # a batch rarely holds a key that is stored already, so it first goes in as new (a plain
             # INSERT: see insertion.insert_batch); one that does (a span sent twice, a spool

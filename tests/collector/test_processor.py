@@ -186,3 +186,23 @@ def test_each_episode_of_drops_is_warned_and_reported(provider_with, caplog) -> 
         "toolmeter dropped 3 span(s) while its queue was full (3 in all); the queue has room again",
         "toolmeter dropped 3 span(s) while its queue was full (6 in all); the queue has room again",
     ]
+
+
+def test_a_span_the_store_refuses_is_counted_and_said_and_the_rest_are_written(provider_with, db_path) -> None:  # type: ignore[no-untyped-def]
+    from tests.collector.test_receiver import poisoned
+
+    provider, processor = provider_with()
+    poisoned(processor._pipeline, "execute_tool bad")
+    tracer = provider.get_tracer("t")
+    for name, result in (("ok", "a" * 10), ("bad", "b" * 20), ("ok", "c" * 30)):  # one batch
+        with tracer.start_as_current_span(f"execute_tool {name}", attributes={
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.call.result": result}):  # fmt: skip
+            pass
+    assert processor.force_flush()
+    assert processor.counters["failed"] == 1
+    with read_connection(db_path) as con:
+        assert con.execute("SELECT tool_name, raw_bytes FROM tool_calls ORDER BY raw_bytes").fetchall() == [
+            ("ok", 10), ("ok", 30)]  # fmt: skip
+        issues = con.execute("SELECT level, source, message FROM ingest_issues").fetchall()
+    assert len(issues) == 1 and issues[0][:2] == ("error", "store")
+    assert "(execute_tool bad) could not be stored and was set aside (1 call(s) not stored)" in issues[0][2]

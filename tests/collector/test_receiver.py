@@ -385,3 +385,42 @@ def test_a_batch_is_written_in_slices_of_about_equal_bytes_without_a_small_remai
     assert slice_records(records[:3], 16 * 1024 * 1024) == [records[:3]] and slice_records([], 1) == []
     huge = [(0, 0, 1, b"x" * 100), (0, 1, 1, b"x" * 50_000_000), (0, 2, 1, b"x" * 100)]
     assert all(slice_records(huge, 16 * 1024 * 1024))  # a request larger than a slice is one of its own
+
+
+def poisoned(pipeline, marker: str) -> None:  # type: ignore[no-untyped-def]
+    """Fault injection: a batch holding a span named ``marker`` gets a row the store refuses (a
+    message view with no call id), as a measuring bug would make."""
+    real = pipeline.build_batch
+
+    def build(items, extra_issues=None):  # type: ignore[no-untyped-def]
+        batch = real(items, extra_issues)
+        if any(item.span.name == marker for item in items):
+            batch.message_rows.append({"trace_id": items[0].span.trace_id, "tool_call_id": None})
+        return batch
+
+    pipeline.build_batch = build
+
+
+def test_a_request_the_store_refuses_is_set_aside_and_the_rest_are_written(serve, db_path: str) -> None:  # type: ignore[no-untyped-def]
+    r = serve()
+    poisoned(r.receiver.pipeline, "execute_tool bad")
+    bodies = [otlp(tool(1, "a" * 10)), otlp(tool(2, "b" * 20, name="bad"), tool(3, "c" * 30)), otlp(tool(4, "d" * 40))]
+    r.receiver.paused = True  # the three requests in one batch
+    for body in bodies:
+        assert post(f"{r.url}/v1/traces", json.dumps(body).encode())[0] == 200
+    r.receiver.paused = False
+    assert r.receiver.flush(timeout_s=30)
+    assert [b for b, *_ in stored(db_path)] == [10, 40]  # the second request went whole
+    assert post(f"{r.url}/v1/traces", json.dumps(otlp(tool(5, "e" * 50))).encode())[0] == 200
+    assert r.receiver.flush(timeout_s=30)  # and the receiver goes on
+    assert [b for b, *_ in stored(db_path)] == [10, 40, 50]
+    kept = list((Path(r.receiver.spool.folder) / "rejected").iterdir())
+    assert len(kept) == 1 and kept[0].name.endswith(".traces.json")
+    assert json.loads(kept[0].read_bytes()) == bodies[1]  # the body as received, for a report
+    with read_connection(db_path) as con:
+        issues = con.execute("SELECT level, source, message FROM ingest_issues").fetchall()
+        failed = con.execute("SELECT max(failed) FROM collector_stats").fetchone()
+    assert len(issues) == 1 and issues[0][:2] == ("error", "store")
+    assert "could not be stored and was set aside (2 call(s) not stored)" in issues[0][2]
+    assert str(kept[0]) in issues[0][2] and "NOT NULL" in issues[0][2]
+    assert failed == (2,)
