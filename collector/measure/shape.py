@@ -143,9 +143,6 @@ def schema_of(parsed: Any) -> tuple[str, list[str], bool]:
     stack: list[tuple[str, Any]] = [("$", parsed)]
     seen = 0
     type_names = _TYPE_NAMES
-    # rows of a list mostly repeat one set of keys with the same value types: an object of
-    # scalars whose (path, keys, types) was walked already adds nothing, and is skipped
-    # after a check done in C (the walk was ~95 us of a small result's ~230 us)
     flat_done: set[tuple[str, tuple[str, ...], tuple[type, ...]]] = set()
     while stack and seen < MAX_SCHEMA_NODES:
         path, value = stack.pop()
@@ -156,29 +153,14 @@ def schema_of(parsed: Any) -> tuple[str, list[str], bool]:
             types[path] = path_types = set()
         path_types.add(kind)
         if kind == "object":
-            value_types = tuple(map(type, value.values()))
-            if dict not in value_types and list not in value_types:
-                signature = (path, tuple(value), value_types)
-                if signature in flat_done:
-                    seen += len(value_types)
-                    continue
-                flat_done.add(signature)
-            for key, child in value.items():
-                child_path = f"{path}.{_key_name(key)}"
-                child_kind = type_names.get(type(child))
-                if child_kind is not None and child_kind not in ("object", "array"):
-                    # scalars are recorded here, without a trip through the stack
-                    seen += 1
-                    child_types = types.get(child_path)
-                    if child_types is None:
-                        types[child_path] = child_types = set()
-                    child_types.add(child_kind)
-                else:
-                    stack.append((child_path, child))
+            seen += _members(path, value, types, flat_done, stack)
         elif kind == "array":
             child_path = f"{path}[]"
-            for child in value:
-                stack.append((child_path, child))
+            if len(value) > 1 and type(value[0]) is dict:
+                seen = _rows(value, child_path, types, flat_done, stack, seen)
+            else:
+                for child in value:
+                    stack.append((child_path, child))
     # a tool returns the same structure call after call: its fingerprint is worked out once
     key = tuple((path, tuple(seen_types)) for path, seen_types in types.items())
     known = _fingerprints.get(key)
@@ -188,6 +170,56 @@ def schema_of(parsed: Any) -> tuple[str, list[str], bool]:
             _fingerprints.clear()
         _fingerprints[key] = known
     return known[0], list(known[1]), not stack
+
+
+def _members(path: str, obj: dict[str, Any], types: dict[str, set[str]],
+             flat_done: set[tuple[str, tuple[str, ...], tuple[type, ...]]], stack: list[tuple[str, Any]]) -> int:  # fmt: skip
+    """Walk the members of the object ``obj`` at ``path``: scalars are recorded here, without a
+    trip through the stack, objects and lists go on the stack. An object of scalars whose
+    (path, keys, types) was walked already adds nothing and is skipped after a check done in C:
+    rows of a list mostly repeat one set of keys with the same value types (the walk was ~95 us
+    of a small result's ~230 us). Returns how many values it saw."""
+    value_types = tuple(map(type, obj.values()))
+    if dict not in value_types and list not in value_types:
+        signature = (path, tuple(obj), value_types)
+        if signature in flat_done:
+            return len(value_types)
+        flat_done.add(signature)
+    seen = 0
+    type_names = _TYPE_NAMES
+    for key, child in obj.items():
+        child_path = f"{path}.{_key_name(key)}"
+        child_kind = type_names.get(type(child))
+        if child_kind is None or child_kind == "object" or child_kind == "array":
+            stack.append((child_path, child))  # walked from the stack (a subclass of a JSON type too)
+            continue
+        seen += 1
+        child_types = types.get(child_path)
+        if child_types is None:
+            types[child_path] = child_types = set()
+        child_types.add(child_kind)
+    return seen
+
+
+def _rows(rows: list[Any], path: str, types: dict[str, set[str]],
+          flat_done: set[tuple[str, tuple[str, ...], tuple[type, ...]]], stack: list[tuple[str, Any]],
+          seen: int) -> int:  # fmt: skip
+    """The elements of a list of rows, walked in place (:func:`_members`) rather than each
+    pushed and popped; an element that is not an object goes on the stack. Returns the values
+    seen so far."""
+    row_types = None
+    for i, row in enumerate(rows):
+        if seen >= MAX_SCHEMA_NODES:
+            stack.extend((path, rest) for rest in rows[i:])  # left unwalked: the walk says it is incomplete
+            break
+        if type(row) is not dict:
+            stack.append((path, row))
+            continue
+        if row_types is None:
+            row_types = types.setdefault(path, set())
+        row_types.add("object")
+        seen += 1 + _members(path, row, types, flat_done, stack)
+    return seen
 
 
 _fingerprints: dict[tuple[tuple[str, tuple[str, ...]], ...], tuple[str, tuple[str, ...]]] = {}

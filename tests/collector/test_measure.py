@@ -270,3 +270,42 @@ def test_a_repeated_structure_gets_the_same_fingerprint_and_its_own_field_list()
     again = schema_of([{"id": 7, "status": "late"}])
     assert again[0] == first[0] and "changed by the caller" not in again[1]
     assert schema_of([{"id": 7, "status": {"code": 1}}])[0] != first[0]  # a scalar turned object
+
+
+_ROW_VALUES = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.sampled_from(["a", "", "1"])
+_JSON = st.recursive(
+    _ROW_VALUES,
+    lambda kids: (
+        st.lists(kids, max_size=4)
+        | st.dictionaries(st.sampled_from(["id", "status", "42", "a"]), kids, max_size=4)
+        # lists of rows: the same keys, values of repeating and of changing types, some nested
+        | st.lists(st.fixed_dictionaries({"id": _ROW_VALUES}, optional={"s": _ROW_VALUES, "n": kids}), max_size=6)
+    ),
+    max_leaves=30,
+)
+
+
+def _reference_schema(parsed: object) -> tuple[str, list[str]]:
+    """Every value visited, recursively: the walk schema_of shortcuts must give the same answer."""
+    from collector.measure.shape import _fingerprint, _key_name, _type_name
+
+    types: dict[str, set[str]] = {}
+
+    def walk(path: str, value: object) -> None:
+        types.setdefault(path, set()).add(_type_name(value))
+        if isinstance(value, dict):
+            for key, child in value.items():
+                walk(f"{path}.{_key_name(key)}", child)
+        elif isinstance(value, list):
+            for child in value:
+                walk(f"{path}[]", child)
+
+    walk("$", parsed)
+    fingerprint, fields = _fingerprint(types)
+    return fingerprint, list(fields)
+
+
+@given(_JSON)
+def test_the_fingerprint_walk_gives_what_visiting_every_value_gives(parsed: object) -> None:
+    fingerprint, fields, complete = schema_of(parsed)
+    assert (fingerprint, fields) == _reference_schema(parsed) and complete
