@@ -2,9 +2,11 @@
 
 A receiver runs for weeks; a write that costs more the more the store holds slows it down
 until it cannot keep up. This measures one batch of small tool calls (about 1 KB results,
-measured once, then given new trace ids for each write) written again and again into one
-DuckDB file through the collector's own writer, and prints the cost per span at each size
-beside the cost into a store of ``--first`` calls (the baseline, same run).
+measured once, then given new random trace ids for each write, as OpenTelemetry makes them)
+written again and again into one DuckDB file through the collector's own writer, with the
+file's closing checkpoint, and prints the cost per span at each size beside the cost into a
+store of ``--first`` calls (the baseline, same run). It does so for a file made now and for
+one made with the primary keys the large tables had before (``--layouts``).
 
 Usage: ``python benchmarks/bench_flush.py [--batch 5000] [--calls 1000000]``
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import tempfile
 import time
@@ -26,12 +29,13 @@ from collector.pipeline import Pipeline
 from collector.store.batch import Batch
 
 
-def renamed(base: Batch, n: int) -> Batch:
-    """``base`` with trace ids of its own (the n-th copy)."""
-    prefix = f"{n:08x}"
+def renamed(base: Batch, rng: random.Random) -> Batch:
+    """``base`` with random trace ids of its own (a trace keeps its spans together)."""
+    ids: dict[str, str] = {}
     batch = Batch()
-    batch.tool_rows = [dict(r, trace_id=prefix + r["trace_id"][8:]) for r in base.tool_rows]
-    batch.payload_rows = [dict(r, trace_id=prefix + r["trace_id"][8:]) for r in base.payload_rows]
+    batch.tool_rows = [dict(r, trace_id=ids.setdefault(r["trace_id"], f"{rng.getrandbits(128):032x}"))
+                       for r in base.tool_rows]  # fmt: skip
+    batch.payload_rows = [dict(r, trace_id=ids[r["trace_id"]]) for r in base.payload_rows]
     return batch
 
 
@@ -40,31 +44,56 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=5000, help="tool calls per write")
     parser.add_argument("--calls", type=int, default=1_000_000, help="calls in the store at the end")
     parser.add_argument("--first", type=int, default=100_000, help="store size of the baseline")
+    parser.add_argument("--layouts", default="now,with keys", help="'now' and/or 'with keys' (as made before)")
     args = parser.parse_args()
     texts = [json.dumps([{"id": i * 10 + k, "status": "paid", "amount": round(k * 3.7, 2), "region": "north"}
                          for k in range(14)]) for i in range(args.batch)]  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="toolmeter-bench-flush-") as tmp:
-        db = os.path.join(tmp, "flush.duckdb")
-        pipeline = Pipeline(CollectorConfig(db=db))
-        items = [item for body in requests_for(texts, 100, offset=1) for item in items_of(1, body)]
-        base = pipeline.build_batch(items)
-        writes = args.calls // args.batch
-        marks = sorted({args.first // args.batch, *(writes * k // 5 - 2 for k in range(1, 6))} - {0})
-        costs = []
-        for n in range(writes):
-            batch = renamed(base, n)
-            t0 = time.perf_counter()
-            pipeline.write(batch)
-            costs.append((time.perf_counter() - t0) / args.batch * 1e6)
-        print(f"one write of {args.batch:,} small tool calls into one DuckDB file, as it grows")
-        print(f"   {'calls stored before the write':>30} {'us/span':>8} {'vs baseline':>12}")
-        baseline = None
-        for n in marks:
-            us = statistics.median(costs[max(n - 1, 0) : n + 2])  # three writes around the mark: one is noisy
-            baseline = baseline or us
-            note = "  (baseline)" if n == marks[0] else ""
-            print(f"   {n * args.batch:>30,} {us:>8.1f} {us / baseline:>11.2f}x{note}")
-        print(f"   file: {os.path.getsize(db) / 1e6:,.0f} MB")
+    writes = args.calls // args.batch
+    marks = sorted({args.first // args.batch, *(writes * k // 5 - 2 for k in range(1, 6))} - {0})
+    results = {}
+    for layout in args.layouts.split(","):
+        with tempfile.TemporaryDirectory(prefix="toolmeter-bench-flush-") as tmp:
+            db = os.path.join(tmp, "flush.duckdb")
+            if layout == "with keys":
+                keyed_file(db)
+            pipeline = Pipeline(CollectorConfig(db=db))
+            items = [item for body in requests_for(texts, 100, offset=1) for item in items_of(1, body)]
+            base = pipeline.build_batch(items)
+            rng = random.Random(7)
+            costs = []
+            for _ in range(writes):
+                batch = renamed(base, rng)
+                t0 = time.perf_counter()
+                pipeline.write(batch)
+                costs.append((time.perf_counter() - t0) / args.batch * 1e6)
+            # three writes around each mark: one is noisy
+            results[layout] = ([statistics.median(costs[max(n - 1, 0) : n + 2]) for n in marks], os.path.getsize(db))
+    print(f"one write of {args.batch:,} small tool calls (random trace ids) into one DuckDB file, as it grows")
+    head = "".join(f" {layout + ': us/span':>20} {'vs baseline':>12}" for layout in results)
+    print(f"   {'calls stored before the write':>30}{head}")
+    for i, n in enumerate(marks):
+        cells = "".join(f" {us[i]:>20.1f} {us[i] / us[0]:>11.2f}x" for us, _ in results.values())
+        print(f"   {n * args.batch:>30,}{cells}{'  (baseline)' if i == 0 else ''}")
+    print("   file at the end: " + ", ".join(f"{layout} {size / 1e6:,.0f} MB" for layout, (_, size) in results.items()))
+
+
+def keyed_file(path: str) -> None:
+    """A store laid out as before the large tables lost their primary keys (see schema.sql)."""
+    import duckdb
+
+    from collector.store.schema import schema_sql
+
+    sql = schema_sql()
+    keys = {"tool_calls": "trace_id, span_id", "llm_calls": "trace_id, span_id", "payloads": "trace_id, span_id, kind"}
+    for table, key in keys.items():  # a table constraint may come first in the list
+        sql = sql.replace(
+            f"CREATE TABLE IF NOT EXISTS {table} (", f"CREATE TABLE IF NOT EXISTS {table} (PRIMARY KEY ({key}),"
+        )
+    con = duckdb.connect(path)
+    try:
+        con.execute(sql)
+    finally:
+        con.close()
 
 
 if __name__ == "__main__":

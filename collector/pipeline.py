@@ -151,6 +151,7 @@ class Pipeline:
                 stored = payload_row(
                     self.payloads, row["trace_id"], row["span_id"], kind, clean, self.config.payload_cap_bytes
                 )
+                stored["start_ns"] = row["start_ns"]
                 batch.payload_rows.append(stored)
                 row["redactions"] += n
                 cut = cut or stored["cut"]

@@ -109,6 +109,7 @@ PAYLOADS: Final = pa.schema(
         ("tail_bytes", pa.int64()),
         ("blob_id", pa.string()),
         ("inline", pa.binary()),
+        ("start_ns", pa.int64()),
     ]
 )
 """A row of ``payloads``: where one raw or view payload of a tool call is kept."""

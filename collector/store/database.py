@@ -154,6 +154,8 @@ class Store:
         """Lake commits that failed and were tried again (shown in the collector's counters)."""
         self.rewrites = 0
         """File writes tried again skipping stored keys (a batch that held one; see :meth:`write`)."""
+        self._keyed: frozenset[str] | None = frozenset() if self.lake is not None else None
+        """The batch tables with a primary key in this file (read at its first write; see schema.sql)."""
         if self.lake is not None:
             return
         parent = os.path.dirname(os.path.abspath(self.path))
@@ -293,7 +295,20 @@ class Store:
         if not rows:
             return
         lake = self.lake is not None
-        self._transaction(lambda con: insertion.replace_tool_rows(con, rows, payload_rows, list(drop), lake))
+        self._transaction(
+            lambda con: insertion.replace_tool_rows(con, rows, payload_rows, list(drop), lake, self.keyed(con))
+        )
+
+    def keyed(self, con: duckdb.DuckDBPyConnection) -> frozenset[str]:
+        """The batch tables of this store that have a primary key: those of a file made before the
+        large tables lost theirs keep them (and skip stored rows by key) until it is rewritten."""
+        if self._keyed is None:
+            rows = con.execute(
+                "SELECT DISTINCT table_name FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY' "
+                "AND database_name = current_database() AND schema_name = 'main'"
+            ).fetchall()
+            self._keyed = frozenset(r[0] for r in rows) & insertion.KEYED_TABLES
+        return self._keyed
 
     def in_transaction(self, work: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:
         """Run ``work`` in one write transaction, with the same lock waits, lake commit retries
@@ -335,12 +350,14 @@ class Store:
             # INSERT: see insertion.insert_batch); one that does (a span sent twice, a spool
             # replayed) fails on it, is rolled back, and goes in again skipping what is stored
             try:
-                return self._transaction(lambda con: insertion.insert_batch(con, batch, lake=False, fresh=True))
+                return self._transaction(
+                    lambda con: insertion.insert_batch(con, batch, lake=False, fresh=True, keyed=self.keyed(con))
+                )
             except StoreError as e:
                 if not isinstance(e.__cause__, duckdb.ConstraintException):
                     raise
                 self.rewrites += 1
-            return self._transaction(lambda con: insertion.insert_batch(con, batch, lake=False))
+            return self._transaction(lambda con: insertion.insert_batch(con, batch, lake=False, keyed=self.keyed(con)))
 
         def work(con: duckdb.DuckDBPyConnection) -> WriteResult:
             done = con.execute(

@@ -2,14 +2,17 @@
 
 Rows go in bulk as Arrow tables (schemas in :mod:`collector.store.columns`), registered on
 the connection and inserted ``BY NAME``. A row already stored (same key) is skipped and
-counted as a duplicate, so ingesting a file twice is harmless. A file has primary keys
-(``INSERT OR IGNORE``); a lake has none, so the same skip is an anti-join, and its
-counters and progress are appended rather than replaced (readers take the latest row).
+counted as a duplicate, so ingesting a file twice is harmless. A table with a primary key
+skips with ``INSERT OR IGNORE``; one without (a lake's tables, and the tool calls, model calls
+and payloads of a file made since keys were dropped: see ``schema.sql``) with an anti-join on
+the key columns, narrowed to the rows' own time span so that DuckDB reads only the row groups
+near it. A lake's counters and progress are appended rather than replaced (readers take the
+latest row).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import duckdb
 import pyarrow as pa
@@ -25,29 +28,35 @@ _TOOL_ROW = f"{_WITH_START_TIME}, 0 AS later_llm_calls"
 """A tool row's derived columns as it goes in: read by no model call until the recount finds one."""
 
 
+KEYED_TABLES: Final = frozenset({"tool_calls", "llm_calls", "payloads", "message_views", "tool_call_names"})
+"""The batch tables that have a primary key in a file made before keys were dropped from the
+large ones (the most a file can have)."""
+
+
 def insert_new(
-    con: duckdb.DuckDBPyConnection, table: str, source: str, keys: tuple[str, ...], lake: bool,
+    con: duckdb.DuckDBPyConnection, table: str, source: str, keys: tuple[str, ...], keyed: bool,
     select: str = "*", by_start: bool = False, fresh: bool = False,
 ) -> int:  # fmt: skip
     """Insert the rows of ``source`` (a table, view or subquery) whose ``keys`` are not in ``table`` yet.
 
     Returns how many rows went in. ``select`` is the column list taken from ``source``.
-    A file has primary keys (``INSERT OR IGNORE``); a lake has none, so it anti-joins on
-    ``keys``, narrowed to the source's time span when ``by_start`` (DuckLake skips other
-    files by their min/max ``start_ns``), and drops repeats inside ``source``.
+    A ``keyed`` table (one with a primary key) skips them with ``INSERT OR IGNORE``; any other
+    anti-joins on ``keys``, narrowed to the source's time span when ``by_start`` (DuckDB skips
+    the other row groups, DuckLake the other files, by their min/max ``start_ns``: given as
+    constants, which a subquery is not to the planner), and drops repeats inside ``source``.
 
-    ``fresh`` (a file only): the rows are taken to be new, and a key already stored raises
-    ``duckdb.ConstraintException`` instead of being skipped (see :func:`insert_batch`).
+    ``fresh`` (a keyed table only): the rows are taken to be new, and a key already stored
+    raises ``duckdb.ConstraintException`` instead of being skipped (see :func:`insert_batch`).
     """
-    if not lake:
+    if keyed:
         verb = "INSERT" if fresh else "INSERT OR IGNORE"
         row = con.execute(f"{verb} INTO {table} BY NAME SELECT {select} FROM {source}").fetchone()
         return int(row[0]) if row else 0
     match = " AND ".join(f"t.{k} = s.{k}" for k in keys)
     if by_start:
-        match += (
-            f" AND t.start_ns BETWEEN (SELECT min(start_ns) FROM {source}) AND (SELECT max(start_ns) FROM {source})"
-        )
+        low, high = con.execute(f"SELECT min(start_ns), max(start_ns) FROM {source}").fetchone() or (None, None)
+        if low is not None and high is not None:
+            match += f" AND t.start_ns BETWEEN {int(low)} AND {int(high)}"
     row = con.execute(
         f"""INSERT INTO {table} BY NAME SELECT {select}
             FROM (SELECT DISTINCT ON ({", ".join(keys)}) * FROM {source}) AS s
@@ -61,13 +70,13 @@ def _register(con: duckdb.DuckDBPyConnection, name: str, rows: list[dict[str, An
 
 
 def _insert_rows(
-    con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]] | pa.Table, keys: tuple[str, ...], lake: bool,
-    fresh: bool = False,
+    con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]] | pa.Table, keys: tuple[str, ...],
+    keyed: frozenset[str], fresh: bool = False, by_start: bool = False,
 ) -> int:  # fmt: skip
     name = f"{table}_batch"
     con.register(name, rows if isinstance(rows, pa.Table) else columns.table_of(rows, columns.TABLES[table]))
     try:
-        return insert_new(con, table, name, keys, lake, fresh=fresh)
+        return insert_new(con, table, name, keys, table in keyed, by_start=by_start, fresh=fresh)
     finally:
         con.unregister(name)
 
@@ -79,23 +88,26 @@ def _delete_calls(con: duckdb.DuckDBPyConnection, calls: list[tuple[str, str]]) 
         con.execute(f"DELETE FROM {table} WHERE trace_id || ':' || span_id IN (SELECT unnest(?::VARCHAR[]))", [keys])
 
 
-def _insert_tool_rows(con: duckdb.DuckDBPyConnection, rows: pa.Table, lake: bool, fresh: bool) -> int:
+def _insert_tool_rows(con: duckdb.DuckDBPyConnection, rows: pa.Table, keyed: frozenset[str], fresh: bool) -> int:
     """Insert tool calls from ``tool_batch`` (left registered for the window-cost recount)."""
     con.register("tool_batch", rows)
     # a call derived from the messages gives way to the tool span of the same call id (none
     # can when no row of the batch is a tool span with a call id: the query is skipped)
     ids, origins = rows.column("tool_call_id"), rows.column("origin")
     if pc.any(pc.and_(pc.is_valid(ids), pc.not_equal(origins, "messages"))).as_py():
+        low, high = con.execute("SELECT min(start_ns), max(start_ns) FROM tool_batch").fetchone() or (0, 0)
         gone = con.execute(
-            """SELECT d.trace_id, d.span_id FROM tool_calls d WHERE d.origin = 'messages'
+            f"""SELECT d.trace_id, d.span_id FROM tool_calls d WHERE d.origin = 'messages'
+               -- a trace's calls lie within the horizon of the batch's: DuckDB skips row groups by start_ns
+               AND d.start_ns BETWEEN {int(low or 0) - TRACE_HORIZON_NS} AND {int(high or 0) + TRACE_HORIZON_NS}
                AND d.trace_id IN (SELECT trace_id FROM tool_batch WHERE tool_call_id IS NOT NULL)
                AND EXISTS (SELECT 1 FROM tool_batch b
                            WHERE b.trace_id = d.trace_id AND b.tool_call_id = d.tool_call_id AND b.origin <> 'messages')"""
         ).fetchall()
         if gone:
             _delete_calls(con, [(t, sp) for t, sp in gone])
-    added = insert_new(con, "tool_calls", "tool_batch", ("trace_id", "span_id"), lake, _TOOL_ROW, by_start=True,
-                       fresh=fresh)  # fmt: skip
+    added = insert_new(con, "tool_calls", "tool_batch", ("trace_id", "span_id"), "tool_calls" in keyed, _TOOL_ROW,
+                       by_start=True, fresh=fresh)  # fmt: skip
     return added - min(_merge_nested(con), added)
 
 
@@ -158,10 +170,11 @@ _CARRIED = ("model", "input_tokens", "output_tokens", "cache_read_tokens", "cach
             "cleared_input_tokens", "compaction_parts")  # fmt: skip
 
 
-def _insert_llm_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]], lake: bool) -> int:
+def _insert_llm_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]], keyed: frozenset[str]) -> int:
     """Insert LLM calls from ``llm_batch`` (left registered for the window-cost recount)."""
     _register(con, "llm_batch", rows, columns.LLM_CALLS)
-    added = insert_new(con, "llm_calls", "llm_batch", ("trace_id", "span_id"), lake, _WITH_START_TIME, by_start=True)
+    added = insert_new(con, "llm_calls", "llm_batch", ("trace_id", "span_id"), "llm_calls" in keyed, _WITH_START_TIME,
+                       by_start=True)  # fmt: skip
     # a model-call span around another one is one call: ADK's call_llm around generate_content
     # (its parent), an instrumentation's span around the Anthropic SDK's own (its parent, or, for
     # OpenLLMetry, which never makes its span current, a sibling inside it in time, the only one,
@@ -304,24 +317,29 @@ _NAMED_NOW = """
       AND n.trace_id IN (SELECT unnest(?::VARCHAR[]))"""
 
 
-def insert_batch(con: duckdb.DuckDBPyConnection, batch: Batch, lake: bool, fresh: bool = False) -> WriteResult:
+def insert_batch(
+    con: duckdb.DuckDBPyConnection, batch: Batch, lake: bool, fresh: bool = False, keyed: frozenset[str] | None = None
+) -> WriteResult:
     """Insert ``batch`` (in the caller's transaction); returns what went in and what may join now.
 
-    ``fresh`` (a file only): the batch's tool calls and payloads go in with a plain ``INSERT``,
+    ``keyed``: the batch tables that have a primary key (default: none on a lake, all on a file).
+
+    ``fresh`` (keyed tables only): the batch's tool calls and payloads go in with a plain ``INSERT``,
     which checks the keys about 2.5x faster than ``INSERT OR IGNORE`` in DuckDB 1.5.5 but
     raises ``duckdb.ConstraintException`` on a key already stored (a span sent twice, a spool
     replayed); the caller then rolls back and writes the batch again without ``fresh``. Model
     calls and message views keep ``OR IGNORE``: every later model call of a conversation
     repeats its tool messages, so their keys are often stored already.
     """
+    keyed = (frozenset() if lake else KEYED_TABLES) if keyed is None else keyed
     tools = llms = 0
     registered: list[str] = []
     tool_table = batch.arrow("tool_calls")
     if tool_table is not None:
-        tools = _insert_tool_rows(con, tool_table, lake, fresh)
+        tools = _insert_tool_rows(con, tool_table, keyed, fresh)
         registered.append("tool_batch")
     if batch.llm_rows:
-        llms = _insert_llm_rows(con, batch.llm_rows, lake)
+        llms = _insert_llm_rows(con, batch.llm_rows, keyed)
         registered.append("llm_batch")
     if registered:
         update_later_llm_calls(con, registered)
@@ -331,11 +349,12 @@ def insert_batch(con: duckdb.DuckDBPyConnection, batch: Batch, lake: bool, fresh
         con.unregister(name)
     payload_table = batch.arrow("payloads")
     if payload_table is not None:
-        _insert_rows(con, "payloads", payload_table, ("trace_id", "span_id", "kind"), lake, fresh)
+        # a lake's payloads from before they carried start_ns are compared with all (unnarrowed)
+        _insert_rows(con, "payloads", payload_table, ("trace_id", "span_id", "kind"), keyed, fresh, by_start=not lake)
     if batch.message_rows:
-        _insert_rows(con, "message_views", batch.message_rows, ("trace_id", "tool_call_id"), lake)
+        _insert_rows(con, "message_views", batch.message_rows, ("trace_id", "tool_call_id"), keyed)
     if batch.name_rows:
-        _insert_rows(con, "tool_call_names", batch.name_rows, ("trace_id", "tool_call_id"), lake)
+        _insert_rows(con, "tool_call_names", batch.name_rows, ("trace_id", "tool_call_id"), keyed)
     _name_views(con, batch)
     if batch.issue_rows:
         _register(con, "issue_batch", batch.issue_rows, columns.INGEST_ISSUES)
@@ -370,22 +389,27 @@ def replace_tool_rows(
     payload_rows: list[dict[str, Any]],
     drop: list[tuple[str, str]],
     lake: bool,
+    keyed: frozenset[str] | None = None,
 ) -> None:
     """Rewrite stored tool-call rows (after a late join), in the caller's transaction.
 
     The ``drop`` (trace, span) calls go first, with their payloads; ``payload_rows`` not
-    stored yet are added.
+    stored yet are added. ``keyed`` as for :func:`insert_batch`.
     """
+    keyed = (frozenset() if lake else KEYED_TABLES) if keyed is None else keyed
     if drop:
         _delete_calls(con, drop)
     _register(con, "tool_batch", rows, columns.TOOL_CALLS)
     updated = [f.name for f in columns.TOOL_CALLS if f.name not in ("trace_id", "span_id")]
     assignments = ", ".join(f'"{c}" = b."{c}"' for c in updated)
+    starts = [int(r["start_ns"]) for r in rows if r.get("start_ns") is not None]
+    # the stored rows lie at the rows' own start: DuckDB reads only the row groups there
+    near = f" AND tool_calls.start_ns BETWEEN {min(starts)} AND {max(starts)}" if len(starts) == len(rows) else ""
     con.execute(
         f"UPDATE tool_calls SET {assignments} FROM tool_batch b "
-        "WHERE tool_calls.trace_id = b.trace_id AND tool_calls.span_id = b.span_id"
+        f"WHERE tool_calls.trace_id = b.trace_id AND tool_calls.span_id = b.span_id{near}"
     )
     con.unregister("tool_batch")
     _invalidate_rollups(con, [r.get("start_ns") for r in rows])
     if payload_rows:
-        _insert_rows(con, "payloads", payload_rows, ("trace_id", "span_id", "kind"), lake)
+        _insert_rows(con, "payloads", payload_rows, ("trace_id", "span_id", "kind"), keyed, by_start=not lake)

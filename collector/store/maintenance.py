@@ -226,7 +226,7 @@ def _copier(
     con: duckdb.DuckDBPyConnection, table: str, keys: tuple[str, ...], source: str | None = None
 ) -> Callable[[], int]:
     src = source or f"(SELECT * FROM migrate_src.{table})"
-    return lambda: insert_new(con, table, src, keys, lake=True, by_start=source is None and table.endswith("_calls"))
+    return lambda: insert_new(con, table, src, keys, keyed=False, by_start=source is None and table.endswith("_calls"))
 
 
 def _in_transaction(con: duckdb.DuckDBPyConnection, work: Callable[[], int]) -> int:

@@ -39,6 +39,7 @@ from collector.store.connection import connect
 from collector.store.database import Store
 from collector.store.extensions import sql_literal
 from collector.store.payloads import blob_id_of, payload_files
+from collector.store.schema import schema_sql
 
 BLOB_GRACE = timedelta(minutes=10)
 """Unreferenced payload files younger than this are kept: their batch may not have committed yet."""
@@ -339,14 +340,19 @@ def _checkpoint(store: str) -> None:
 
 def _compact(store: str, always: bool = False) -> bool:
     """Rewrite the DuckDB file without its free blocks (when they are a quarter of it or more,
-    or ``always``). Needs the file to itself: not from inside a process that writes to it."""
+    when its large tables still have the primary keys of a file made before they were dropped,
+    or ``always``). The new file is made from the current schema and the rows copied into it, so
+    a rewrite also drops those keys (see ``schema.sql``). Needs the file to itself: not from
+    inside a process that writes to it."""
     con = connect(store, read_only=False, wait_s=0)
     try:
         con.execute("CHECKPOINT")
         row = con.execute("SELECT total_blocks, free_blocks FROM pragma_database_size()").fetchone()
+        keyed = con.execute(_LARGE_TABLE_KEYS).fetchone()
     finally:
         con.close()
-    if not always and (not row or not row[0] or row[1] / row[0] < COMPACT_WHEN_FREE):
+    sparse = bool(row and row[0] and row[1] / row[0] >= COMPACT_WHEN_FREE)
+    if not always and not sparse and not (keyed and keyed[0]):
         return False
     fresh = store + ".compact.tmp"
     if os.path.exists(fresh):
@@ -357,7 +363,18 @@ def _compact(store: str, always: bool = False) -> bool:
         # writer in another process can write to the old file in between
         con.execute(f"ATTACH {sql_literal(store)} AS old")  # ATTACH takes no parameters
         con.execute(f"ATTACH {sql_literal(fresh)} AS fresh")
-        con.execute("COPY FROM DATABASE old TO fresh")
+        con.execute("USE fresh")
+        con.execute(schema_sql())
+        tables = [r[0] for r in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = 'old' AND schema_name = 'main'").fetchall()]  # fmt: skip
+        made = {r[0] for r in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = 'fresh'").fetchall()}  # fmt: skip
+        for table in tables:
+            if table in made:
+                con.execute(f'INSERT INTO fresh.main."{table}" BY NAME SELECT * FROM old.main."{table}"')
+            else:  # a table this version no longer makes: kept as it is
+                con.execute(f'CREATE TABLE fresh.main."{table}" AS SELECT * FROM old.main."{table}"')
+        con.execute("USE memory")
         con.execute("DETACH fresh")
         os.replace(fresh, store)  # atomic: a reader sees the old file or the new one
     except duckdb.Error as e:
@@ -365,6 +382,11 @@ def _compact(store: str, always: bool = False) -> bool:
     finally:
         con.close()
     return True
+
+
+_LARGE_TABLE_KEYS = """
+    SELECT count(*) FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY'
+      AND database_name = current_database() AND table_name IN ('tool_calls', 'llm_calls', 'payloads')"""
 
 
 def _record(store: str, summary: PruneSummary, now: datetime) -> None:

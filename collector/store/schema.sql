@@ -2,6 +2,13 @@
 -- CLI (readers). Created on first use; every statement is idempotent.
 -- Times: *_ns are Unix nanoseconds as in OTLP; *_time the same instant as a UTC TIMESTAMP.
 
+-- Keys: a tool call, model call or payload is identified by (trace_id, span_id[, kind]), and
+-- a write skips the ones stored already by comparing with the stored rows near its own in
+-- time (collector/store/insertion.py), not through a PRIMARY KEY: DuckDB rewrites a table's
+-- whole key index at every checkpoint, so with random trace ids each write cost more the more
+-- the store held, and the index took more room than the rows. Files made before this kept
+-- their keys (and work as before) until `toolmeter prune --compact` rewrites them.
+
 -- One row per tool call.
 CREATE TABLE IF NOT EXISTS tool_calls (
     trace_id            VARCHAR NOT NULL,   -- 32 hex characters
@@ -56,8 +63,7 @@ CREATE TABLE IF NOT EXISTS tool_calls (
     handle              VARCHAR,            -- where the adapter keeps the full result (collector.adapter)
     items_total         BIGINT,             -- items of a list result (declared)
     items_shown         BIGINT,             -- items of it the view shows (declared)
-    retained_items      BIGINT[][],         -- [[start, end), ...] index ranges of the items shown
-    PRIMARY KEY (trace_id, span_id)
+    retained_items      BIGINT[][]          -- [[start, end), ...] index ranges of the items shown
 );
 ALTER TABLE tool_calls ADD COLUMN IF NOT EXISTS retained_coverage DOUBLE;
 -- kept up to date at every write with later_llm_calls (collector/store/windowcost.py):
@@ -90,8 +96,7 @@ CREATE TABLE IF NOT EXISTS llm_calls (
     start_time      TIMESTAMP,
     model           VARCHAR,
     input_tokens    BIGINT,             -- every input token, cached ones included
-    output_tokens   BIGINT,
-    PRIMARY KEY (trace_id, span_id)
+    output_tokens   BIGINT
 );
 ALTER TABLE llm_calls ADD COLUMN IF NOT EXISTS cache_read_tokens BIGINT;     -- served from the prompt cache
 ALTER TABLE llm_calls ADD COLUMN IF NOT EXISTS cache_write_tokens BIGINT;    -- written to the prompt cache
@@ -116,8 +121,9 @@ CREATE TABLE IF NOT EXISTS payloads (
     tail_bytes   BIGINT,             -- ... then [total_bytes - tail_bytes, total_bytes)
     blob_id      VARCHAR,            -- sha256 of the stored bytes: the file name (NULL when inline)
     inline       BLOB,               -- the stored bytes themselves, when at most 16 KiB
-    PRIMARY KEY (trace_id, span_id, kind)
+    start_ns     BIGINT              -- the call's start: a write checks only payloads near its own for repeats
 );
+ALTER TABLE payloads ADD COLUMN IF NOT EXISTS start_ns BIGINT;
 
 -- The collector's own counters: one row per collector, updated at every flush.
 CREATE TABLE IF NOT EXISTS collector_stats (

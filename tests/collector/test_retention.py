@@ -198,3 +198,32 @@ def test_retention_settings_are_checked_and_named(monkeypatch: pytest.MonkeyPatc
         Retention(rows=timedelta(0))
     with pytest.raises(InputError, match="size cap applies to a DuckDB file"):
         prune("ducklake:postgres:dbname=x", Retention(max_bytes=10**9))
+
+
+def test_prune_rewrites_a_file_made_with_keys_without_them_and_keeps_every_row(tmp_path: Path) -> None:
+    from collector.config import CollectorConfig
+    from collector.ingest import ingest_files
+    from collector.store.database import read_connection
+    from collector.store.retention import Retention, prune
+    from tests.collector.test_store import keyed_file
+
+    db = str(tmp_path / "old.duckdb")
+    keyed_file(db)
+    samples = sorted(str(p) for p in (Path(__file__).resolve().parents[2] / "sample_traces").glob("traces-*.json.gz"))
+    ingest_files(samples[:1], CollectorConfig(db=db))
+
+    def contents() -> tuple[object, ...]:
+        with read_connection(db) as con:
+            keys = con.execute("SELECT count(*) FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY' "
+                               "AND table_name IN ('tool_calls', 'llm_calls', 'payloads')").fetchone()  # fmt: skip
+            counts = con.execute("SELECT (SELECT count(*) FROM tool_calls), (SELECT count(*) FROM llm_calls), "
+                                 "(SELECT count(*) FROM payloads), (SELECT count(*) FROM message_views)").fetchone()  # fmt: skip
+            return keys, counts, ranking(con)
+
+    keys, counts, rank = contents()
+    assert keys == (3,) and counts[0] > 0  # type: ignore[index]
+    summary = prune(db, Retention(rows=None, payloads=None), compact=True)  # nothing to remove: only the rewrite
+    assert summary.compacted
+    assert contents() == ((0,), counts, rank)
+    again = ingest_files(samples[:1], CollectorConfig(db=db))  # the same spans again: skipped without keys too
+    assert again.tool_calls == 0 and contents()[1] == counts
