@@ -33,6 +33,13 @@ KEYED_TABLES: Final = frozenset({"tool_calls", "llm_calls", "payloads", "message
 large ones (the most a file can have)."""
 
 
+REPEAT_MARGIN_NS: Final = 3600 * 10**9
+"""How far from a row's start a stored row with its key is looked for, on a table without a
+primary key. A resend has the same start; Claude Code's tool span and its tool_result log
+event share a key but not quite a start (the event's is its time less the duration, to the
+millisecond, or its time alone when no duration is given), an hour apart at most for its tools."""
+
+
 def insert_new(
     con: duckdb.DuckDBPyConnection, table: str, source: str, keys: tuple[str, ...], keyed: bool,
     select: str = "*", by_start: bool = False, fresh: bool = False,
@@ -56,7 +63,7 @@ def insert_new(
     if by_start:
         low, high = con.execute(f"SELECT min(start_ns), max(start_ns) FROM {source}").fetchone() or (None, None)
         if low is not None and high is not None:
-            match += f" AND t.start_ns BETWEEN {int(low)} AND {int(high)}"
+            match += f" AND t.start_ns BETWEEN {int(low) - REPEAT_MARGIN_NS} AND {int(high) + REPEAT_MARGIN_NS}"
     row = con.execute(
         f"""INSERT INTO {table} BY NAME SELECT {select}
             FROM (SELECT DISTINCT ON ({", ".join(keys)}) * FROM {source}) AS s

@@ -469,3 +469,25 @@ def test_claude_code_api_request_with_a_bad_value() -> None:
     assert call is not None and call.output_tokens is None and call.input_tokens == 41912
     assert [i.field for i in issues] == ["output_tokens"]
     assert llm_call_from_log(log) == call
+
+
+@pytest.mark.parametrize("first", ["span", "event"])
+def test_claude_codes_tool_span_and_tool_result_event_are_one_row_across_batches(tmp_path, first: str) -> None:  # type: ignore[no-untyped-def]
+    """The span starts when the tool does; the event's start is its time less duration_ms (a
+    millisecond apart, or more): the store finds the stored one all the same, in either order."""
+    from collector.config import CollectorConfig
+    from collector.model import LOG, Item
+    from collector.pipeline import Pipeline
+
+    pipeline = Pipeline(CollectorConfig(db=str(tmp_path / "cc.duckdb")))
+    event = cc_event("tool_result", TOOL_RESULT, trace_id="ab" * 16, span_id="cd" * 8)
+    attrs = {"span.type": "claude_code.tool", "tool_name": "Read", "tool_use_id": TOOL_RESULT["tool_use_id"],
+             "duration_ms": 42, "result_tokens": 300}  # fmt: skip
+    tool = SpanData(name="claude_code.tool", trace_id="ab" * 16, span_id="ef" * 8, start_ns=T_NS - 43_700_000,
+                    end_ns=T_NS - 1_200_000, attributes=attrs, resource=CC_RESOURCE, status_code="ok")  # fmt: skip
+    items = {"span": Item(TOOL, tool), "event": Item(LOG, event)}
+    order = [first, "event" if first == "span" else "span"]
+    written = [pipeline.write(pipeline.build_batch([items[k]])).tool_calls for k in order]
+    with read_connection(pipeline.config.db) as con:
+        rows = con.execute("SELECT tool_call_id, tool_name FROM tool_calls").fetchall()
+    assert written == [1, 0] and rows == [(TOOL_RESULT["tool_use_id"], "Read")]
