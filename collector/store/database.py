@@ -308,6 +308,12 @@ class Store:
                 "AND database_name = current_database() AND schema_name = 'main'"
             ).fetchall()
             self._keyed = frozenset(r[0] for r in rows) & insertion.KEYED_TABLES
+            if self._keyed & {"tool_calls", "llm_calls", "payloads"}:
+                logger.warning(
+                    "toolmeter: %s was made with primary keys on its large tables: each write costs more the "
+                    "more calls it holds. `toolmeter prune --db %s` (with no collector writing to it) rewrites "
+                    "it without them, keeping every row", self.path, self.path,
+                )  # fmt: skip
         return self._keyed
 
     def in_transaction(self, work: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:

@@ -284,7 +284,9 @@ def keyed_file(path: str) -> None:
 
 
 @pytest.mark.parametrize("made", ["now", "with keys"])
-def test_a_batch_holding_stored_calls_is_written_again_skipping_them(tmp_path: Path, made: str) -> None:
+def test_a_batch_holding_stored_calls_is_written_again_skipping_them(
+    tmp_path: Path, made: str, caplog: pytest.LogCaptureFixture
+) -> None:
     from collector.config import CollectorConfig
     from collector.decode.request import JSON, decode_traces
     from collector.dialects.spans import classify
@@ -320,3 +322,6 @@ def test_a_batch_holding_stored_calls_is_written_again_skipping_them(tmp_path: P
         keys = con.execute("SELECT count(*) FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY' "
                            "AND table_name IN ('tool_calls', 'llm_calls', 'payloads')").fetchone()  # fmt: skip
     assert keys == ((3,) if made == "with keys" else (0,))
+    said = [r.getMessage() for r in caplog.records if "made with primary keys" in r.getMessage()]
+    assert len(said) == (1 if made == "with keys" else 0)  # once, with what to run
+    assert all("toolmeter prune --db" in m for m in said)
