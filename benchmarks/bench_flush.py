@@ -2,7 +2,8 @@
 
 A receiver runs for weeks; a write that costs more the more the store holds slows it down
 until it cannot keep up. This measures one batch of small tool calls (about 1 KB results,
-measured once, then given new random trace ids for each write, as OpenTelemetry makes them)
+measured once, then given new random trace ids for each write, as OpenTelemetry makes them,
+and times ``--every`` seconds later than the previous write's)
 written again and again into one DuckDB file through the collector's own writer, with the
 file's closing checkpoint, and prints the cost per span at each size beside the cost into a
 store of ``--first`` calls (the baseline, same run). It does so for a file made now and for
@@ -29,13 +30,15 @@ from collector.pipeline import Pipeline
 from collector.store.batch import Batch
 
 
-def renamed(base: Batch, rng: random.Random) -> Batch:
-    """``base`` with random trace ids of its own (a trace keeps its spans together)."""
+def renamed(base: Batch, rng: random.Random, shift_ns: int) -> Batch:
+    """``base`` with random trace ids of its own (a trace keeps its spans together), ``shift_ns`` later."""
     ids: dict[str, str] = {}
     batch = Batch()
-    batch.tool_rows = [dict(r, trace_id=ids.setdefault(r["trace_id"], f"{rng.getrandbits(128):032x}"))
+    batch.tool_rows = [dict(r, trace_id=ids.setdefault(r["trace_id"], f"{rng.getrandbits(128):032x}"),
+                            start_ns=r["start_ns"] + shift_ns, end_ns=r["end_ns"] + shift_ns)
                        for r in base.tool_rows]  # fmt: skip
-    batch.payload_rows = [dict(r, trace_id=ids[r["trace_id"]]) for r in base.payload_rows]
+    batch.payload_rows = [dict(r, trace_id=ids[r["trace_id"]], start_ns=r["start_ns"] + shift_ns)
+                          for r in base.payload_rows]  # fmt: skip
     return batch
 
 
@@ -45,6 +48,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1_000_000, help="calls in the store at the end")
     parser.add_argument("--first", type=int, default=100_000, help="store size of the baseline")
     parser.add_argument("--layouts", default="now,with keys", help="'now' and/or 'with keys' (as made before)")
+    parser.add_argument("--every", type=float, default=600.0,
+                        help="seconds of span time between writes (600: 5,000 calls every 10 minutes, ~720,000 a day)")  # fmt: skip
     args = parser.parse_args()
     texts = [json.dumps([{"id": i * 10 + k, "status": "paid", "amount": round(k * 3.7, 2), "region": "north"}
                          for k in range(14)]) for i in range(args.batch)]  # fmt: skip
@@ -61,14 +66,15 @@ def main() -> None:
             base = pipeline.build_batch(items)
             rng = random.Random(7)
             costs = []
-            for _ in range(writes):
-                batch = renamed(base, rng)
+            for n in range(writes):
+                batch = renamed(base, rng, round(n * args.every * 1e9))
                 t0 = time.perf_counter()
                 pipeline.write(batch)
                 costs.append((time.perf_counter() - t0) / args.batch * 1e6)
             # three writes around each mark: one is noisy
             results[layout] = ([statistics.median(costs[max(n - 1, 0) : n + 2]) for n in marks], os.path.getsize(db))
-    print(f"one write of {args.batch:,} small tool calls (random trace ids) into one DuckDB file, as it grows")
+    print(f"one write of {args.batch:,} small tool calls (random trace ids, {args.every:g} s of span time apart) "
+          "into one DuckDB file, as it grows")  # fmt: skip
     head = "".join(f" {layout + ': us/span':>20} {'vs baseline':>12}" for layout in results)
     print(f"   {'calls stored before the write':>30}{head}")
     for i, n in enumerate(marks):
