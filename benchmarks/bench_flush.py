@@ -22,12 +22,14 @@ import statistics
 import tempfile
 import time
 
+import duckdb
 from bench_receiver import requests_for
 
 from collector.config import CollectorConfig
 from collector.measuring import items_of
 from collector.pipeline import Pipeline
 from collector.store.batch import Batch
+from collector.store.schema import keyed_schema_sql
 
 
 def renamed(base: Batch, rng: random.Random, shift_ns: int) -> Batch:
@@ -59,8 +61,9 @@ def main() -> None:
     for layout in args.layouts.split(","):
         with tempfile.TemporaryDirectory(prefix="toolmeter-bench-flush-") as tmp:
             db = os.path.join(tmp, "flush.duckdb")
-            if layout == "with keys":
-                keyed_file(db)
+            if layout == "with keys":  # a file made before the large tables lost their keys
+                with duckdb.connect(db) as con:
+                    con.execute(keyed_schema_sql())
             pipeline = Pipeline(CollectorConfig(db=db))
             items = [item for body in requests_for(texts, 100, offset=1) for item in items_of(1, body)]
             base = pipeline.build_batch(items)
@@ -81,25 +84,6 @@ def main() -> None:
         cells = "".join(f" {us[i]:>20.1f} {us[i] / us[0]:>11.2f}x" for us, _ in results.values())
         print(f"   {n * args.batch:>30,}{cells}{'  (baseline)' if i == 0 else ''}")
     print("   file at the end: " + ", ".join(f"{layout} {size / 1e6:,.0f} MB" for layout, (_, size) in results.items()))
-
-
-def keyed_file(path: str) -> None:
-    """A store laid out as before the large tables lost their primary keys (see schema.sql)."""
-    import duckdb
-
-    from collector.store.schema import schema_sql
-
-    sql = schema_sql()
-    keys = {"tool_calls": "trace_id, span_id", "llm_calls": "trace_id, span_id", "payloads": "trace_id, span_id, kind"}
-    for table, key in keys.items():  # a table constraint may come first in the list
-        sql = sql.replace(
-            f"CREATE TABLE IF NOT EXISTS {table} (", f"CREATE TABLE IF NOT EXISTS {table} (PRIMARY KEY ({key}),"
-        )
-    con = duckdb.connect(path)
-    try:
-        con.execute(sql)
-    finally:
-        con.close()
 
 
 if __name__ == "__main__":

@@ -11,6 +11,20 @@ def schema_sql() -> str:
     return importlib.resources.files("collector.store").joinpath("schema.sql").read_text(encoding="utf-8")
 
 
+_OLD_KEYS = {"tool_calls": "trace_id, span_id", "llm_calls": "trace_id, span_id", "payloads": "trace_id, span_id, kind"}
+
+
+def keyed_schema_sql() -> str:
+    """The DDL of a file as made before its large tables lost their primary keys (such files
+    still work, through their keys, until ``toolmeter prune`` rewrites them): to make one."""
+    sql = schema_sql()
+    for table, key in _OLD_KEYS.items():  # a table constraint may come first in the list
+        sql = sql.replace(
+            f"CREATE TABLE IF NOT EXISTS {table} (", f"CREATE TABLE IF NOT EXISTS {table} (PRIMARY KEY ({key}),"
+        )
+    return sql
+
+
 _LAKE_ONLY_DROPS = (
     re.compile(r"^\s*PRIMARY KEY \([^)]*\)\s*\n", re.MULTILINE),  # table-level keys
     re.compile(r" PRIMARY KEY"),

@@ -267,18 +267,14 @@ def _tool_spans(*span_ids: int) -> bytes:
 
 
 def keyed_file(path: str) -> None:
-    """A store as made before the large tables lost their primary keys (see schema.sql)."""
-    from collector.store.schema import schema_sql
+    """A store laid out as before the large tables lost their primary keys (see schema.sql)."""
+    import duckdb
 
-    keys = {"tool_calls": "trace_id, span_id", "llm_calls": "trace_id, span_id", "payloads": "trace_id, span_id, kind"}
-    sql = schema_sql()
-    for table, key in keys.items():  # a table constraint may come first in the list
-        sql = sql.replace(
-            f"CREATE TABLE IF NOT EXISTS {table} (", f"CREATE TABLE IF NOT EXISTS {table} (PRIMARY KEY ({key}),"
-        )
+    from collector.store.schema import keyed_schema_sql
+
     con = duckdb.connect(path)
     try:
-        con.execute(sql)
+        con.execute(keyed_schema_sql())
     finally:
         con.close()
 
