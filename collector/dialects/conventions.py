@@ -192,6 +192,8 @@ def classify(name: str, attrs: Mapping[str, Any] | None) -> str | None:
 
 def dialect_of(name: str, attrs: Mapping[str, Any]) -> str:
     """The instrumentation whose conventions a span follows (``gen_ai``, ``openinference``, ...)."""
+    if name == A.CC_TOOL_SPAN:  # Claude Code's own spans: one call with its tool_result event
+        return "claude_code"
     if attrs.get(A.GEN_AI_OPERATION_NAME) is not None:
         return "gen_ai"
     if A.OPENINFERENCE_SPAN_KIND in attrs:

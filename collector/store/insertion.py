@@ -34,15 +34,18 @@ large ones (the most a file can have)."""
 
 
 REPEAT_MARGIN_NS: Final = 3600 * 10**9
-"""How far from a row's start a stored row with its key is looked for, on a table without a
-primary key. A resend has the same start; Claude Code's tool span and its tool_result log
-event share a key but not quite a start (the event's is its time less the duration, to the
-millisecond, or its time alone when no duration is given), an hour apart at most for its tools."""
+"""How far from a batch's time span a stored row with a key of the batch is looked for, on a
+table without a primary key, when the batch holds Claude Code calls: its tool span and its
+tool_result log event share a key but not quite a start (the event's is its time less the
+duration, to the millisecond, or its time alone when no duration is given), an hour apart at
+most for its tools. Any other repeat (a resend, a replayed spool) has the very same start, so
+other batches look within their own time span only: at thousands of spans a second, an hour
+either side would have every write read millions of stored keys."""
 
 
 def insert_new(
     con: duckdb.DuckDBPyConnection, table: str, source: str, keys: tuple[str, ...], keyed: bool,
-    select: str = "*", by_start: bool = False, fresh: bool = False,
+    select: str = "*", by_start: bool = False, fresh: bool = False, margin_ns: int = 0,
 ) -> int:  # fmt: skip
     """Insert the rows of ``source`` (a table, view or subquery) whose ``keys`` are not in ``table`` yet.
 
@@ -50,7 +53,8 @@ def insert_new(
     A ``keyed`` table (one with a primary key) skips them with ``INSERT OR IGNORE``; any other
     anti-joins on ``keys``, narrowed to the source's time span when ``by_start`` (DuckDB skips
     the other row groups, DuckLake the other files, by their min/max ``start_ns``: given as
-    constants, which a subquery is not to the planner), and drops repeats inside ``source``.
+    constants, which a subquery is not to the planner), widened by ``margin_ns`` either side, and
+    drops repeats inside ``source``.
 
     ``fresh`` (a keyed table only): the rows are taken to be new, and a key already stored
     raises ``duckdb.ConstraintException`` instead of being skipped (see :func:`insert_batch`).
@@ -63,13 +67,18 @@ def insert_new(
     if by_start:
         low, high = con.execute(f"SELECT min(start_ns), max(start_ns) FROM {source}").fetchone() or (None, None)
         if low is not None and high is not None:
-            match += f" AND t.start_ns BETWEEN {int(low) - REPEAT_MARGIN_NS} AND {int(high) + REPEAT_MARGIN_NS}"
+            match += f" AND t.start_ns BETWEEN {int(low) - margin_ns} AND {int(high) + margin_ns}"
     row = con.execute(
         f"""INSERT INTO {table} BY NAME SELECT {select}
             FROM (SELECT DISTINCT ON ({", ".join(keys)}) * FROM {source}) AS s
             WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE {match})"""
     ).fetchone()
     return int(row[0]) if row else 0
+
+
+def _margin(dialects: list[Any]) -> int:
+    """:data:`REPEAT_MARGIN_NS` for a batch holding Claude Code calls, else none."""
+    return REPEAT_MARGIN_NS if "claude_code" in dialects else 0
 
 
 def _register(con: duckdb.DuckDBPyConnection, name: str, rows: list[dict[str, Any]], schema: pa.Schema) -> None:
@@ -114,7 +123,7 @@ def _insert_tool_rows(con: duckdb.DuckDBPyConnection, rows: pa.Table, keyed: fro
         if gone:
             _delete_calls(con, [(t, sp) for t, sp in gone])
     added = insert_new(con, "tool_calls", "tool_batch", ("trace_id", "span_id"), "tool_calls" in keyed, _TOOL_ROW,
-                       by_start=True, fresh=fresh)  # fmt: skip
+                       by_start=True, fresh=fresh, margin_ns=_margin(rows.column("dialect").to_pylist()))  # fmt: skip
     return added - min(_merge_nested(con), added)
 
 
@@ -181,7 +190,7 @@ def _insert_llm_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]],
     """Insert LLM calls from ``llm_batch`` (left registered for the window-cost recount)."""
     _register(con, "llm_batch", rows, columns.LLM_CALLS)
     added = insert_new(con, "llm_calls", "llm_batch", ("trace_id", "span_id"), "llm_calls" in keyed, _WITH_START_TIME,
-                       by_start=True)  # fmt: skip
+                       by_start=True, margin_ns=_margin([r.get("dialect") for r in rows]))  # fmt: skip
     # a model-call span around another one is one call: ADK's call_llm around generate_content
     # (its parent), an instrumentation's span around the Anthropic SDK's own (its parent, or, for
     # OpenLLMetry, which never makes its span current, a sibling inside it in time, the only one,
