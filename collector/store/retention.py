@@ -272,7 +272,9 @@ class _Sizes:
     def of(cls, store: str) -> _Sizes:
         con = connect(store, read_only=True)
         try:
-            block, used = con.execute("SELECT block_size, used_blocks FROM pragma_database_size()").fetchone() or (0, 0)
+            block, used = con.execute(
+                "SELECT block_size, used_blocks FROM pragma_database_size() WHERE database_name = current_database()"
+            ).fetchone() or (0, 0)
             inline, calls = con.execute(
                 "SELECT (SELECT coalesce(sum(octet_length(inline)), 0) FROM payloads), (SELECT count(*) FROM tool_calls)"
             ).fetchone() or (0, 0)
@@ -347,7 +349,9 @@ def _compact(store: str, always: bool = False) -> bool:
     con = connect(store, read_only=False, wait_s=0)
     try:
         con.execute("CHECKPOINT")
-        row = con.execute("SELECT total_blocks, free_blocks FROM pragma_database_size()").fetchone()
+        row = con.execute(
+            "SELECT total_blocks, free_blocks FROM pragma_database_size() WHERE database_name = current_database()"
+        ).fetchone()
         keyed = con.execute(_LARGE_TABLE_KEYS).fetchone()
     finally:
         con.close()

@@ -253,6 +253,83 @@ def test_a_failed_write_while_held_closes_the_file_and_the_next_write_reopens_it
         assert con.execute("SELECT count(*) FROM tool_calls").fetchone() == (2,)
 
 
+def test_writes_reuse_one_duckdb_instance_and_unlock_the_file_after_each(tmp_path: Path) -> None:
+    # starting a DuckDB instance costs more than attaching the file to one: a writer keeps its
+    # instance and only attaches and detaches the file, which readers must still get in between
+    db = str(tmp_path / "reuse.duckdb")
+    store = Store(db)
+    store.ensure_schema()
+
+    def instance(con: duckdb.DuckDBPyConnection) -> int:
+        return id(con)
+
+    store.write(Batch(tool_rows=[_tool_row(1)]))
+    first = store.in_transaction(instance)
+    assert _read_from_another_process(db) == "1"  # unlocked after the write
+    store.write(Batch(tool_rows=[_tool_row(2)]))
+    assert store.in_transaction(instance) == first
+    assert _read_from_another_process(db) == "2"
+    # a failed write lets go of the instance (it may hold the write's leftovers); the next makes one
+    with pytest.raises(Exception):  # noqa: B017 (the Arrow table or DuckDB refuses it)
+        store.write(Batch(tool_rows=[dict(_tool_row(3), start_ns="not a number")]))
+    store.write(Batch(tool_rows=[_tool_row(4)]))
+    assert _read_from_another_process(db) == "3"
+    # another thread has its own instance: two threads never attach the file to the same one
+    seen: list[int] = []
+    t = threading.Thread(target=lambda: seen.append(store.in_transaction(instance)))
+    t.start()
+    t.join(30)
+    assert seen and seen[0] != store.in_transaction(instance)
+    with read_connection(db) as con:
+        assert con.execute("SELECT count(*) FROM tool_calls").fetchone() == (3,)
+
+
+WRITE_ONCE = textwrap.dedent(
+    """
+    import sys, duckdb
+    try:
+        con = duckdb.connect(sys.argv[1])
+    except duckdb.Error:
+        print("locked")
+    else:
+        con.execute("INSERT INTO ingest_issues (level, message) VALUES ('info', 'from outside')")
+        con.close()
+        print("written")
+    """
+)
+
+
+def test_reads_reuse_one_duckdb_instance_and_unlock_the_file_after_each(tmp_path: Path) -> None:
+    db, other = str(tmp_path / "read.duckdb"), str(tmp_path / "other.duckdb")
+    for path in (db, other):
+        Store(path).write(Batch(tool_rows=[_tool_row(1)]))
+
+    def write_from_another_process() -> str:
+        return subprocess.run(
+            [sys.executable, "-c", WRITE_ONCE, db], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    with read_connection(db) as con:
+        first = id(con)
+        assert write_from_another_process() == "locked"  # held while the read runs
+        with read_connection(db) as inner:  # a read inside a read of the same file shares it
+            assert id(inner) == first
+        with read_connection(other) as elsewhere:  # of another file: a connection of its own
+            assert id(elsewhere) != first
+            assert elsewhere.execute("SELECT count(*) FROM tool_calls").fetchone() == (1,)
+        assert con.execute("SELECT count(*) FROM tool_calls").fetchone() == (1,)
+    assert write_from_another_process() == "written"  # let go at the end of the read
+    with read_connection(db) as con:
+        assert id(con) == first  # the same instance, the file attached again: it sees the new row
+        assert con.execute("SELECT message FROM ingest_issues").fetchall() == [("from outside",)]
+    # a failed query lets go of the instance; the next read makes one and works
+    with pytest.raises(duckdb.Error), read_connection(db) as con:
+        con.execute("SELECT * FROM no_such_table")
+    with read_connection(db) as con:
+        assert con.execute("SELECT count(*) FROM tool_calls").fetchone() == (1,)
+    assert write_from_another_process() == "written"
+
+
 def _tool_spans(*span_ids: int) -> bytes:
     """An OTLP/JSON request of tool spans in one trace (a 40 KB result each: its payload goes to a file)."""
     spans = [
