@@ -15,9 +15,10 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from collector.config import CollectorConfig
 from collector.dialects import matching
@@ -40,6 +41,7 @@ from collector.store.database import Batch, Store, WriteResult
 from collector.store.payloads import INLINE_MAX_BYTES, PayloadStore, payload_dir, payload_row
 
 logger = logging.getLogger("toolmeter")
+P = TypeVar("P")
 
 
 @dataclass
@@ -346,6 +348,18 @@ class Pipeline:
         issue = {"collector_id": self.collector_id, "level": "error", "source": "store", "trace_id": None,
                  "span_id": None, "field": None, "message": message}  # fmt: skip
         self.write(Batch(issue_rows=[issue], progress=batch.progress), queued)
+
+    def write_each(self, parts: Sequence[P], measure: Callable[[P], Batch], name: Callable[[P], str],
+                   keep: Callable[[P], str] | None = None, queued: int = 0) -> None:  # fmt: skip
+        """After the store refused a batch: write its ``parts`` (requests, spans) one at a time,
+        each measured into a batch of its own, and set aside each one refused again (``name``
+        says which; ``keep`` keeps it and says where), so one bad part does not stop the rest."""
+        for part in parts:
+            one = measure(part)
+            try:
+                self.write(one, queued=queued)
+            except RejectedRows as e:
+                self.set_aside(one, name(part), e, keep(part) if keep else "", queued)
 
 
 ROLLUP_EVERY_S = 600.0

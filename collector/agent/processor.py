@@ -260,13 +260,8 @@ class ToolResultProcessor(SpanProcessor):
             # (counting and saying) each one the store refuses again
             logger.error("toolmeter: the store refused a batch of %d span(s) (%s); writing them one at a time",
                          len(items), e)  # fmt: skip
-            for item in items:
-                data = _as_span_data(item)
-                one = pipeline.build_batch([data])
-                try:
-                    pipeline.write(one, queued=w.queued)
-                except RejectedRows as again:
-                    pipeline.set_aside(one, f"span {data.span.span_id} ({data.span.name})", again)
+            pipeline.write_each([_as_span_data(item) for item in items], lambda data: pipeline.build_batch([data]),
+                                lambda data: f"span {data.span.span_id} ({data.span.name})", queued=w.queued)  # fmt: skip
         self._pending = None
 
     def _forward(self, items: list[Item]) -> None:

@@ -280,7 +280,10 @@ def read_output(conv: _Conversation, value: Any) -> None:
     _messages(conv, value)
 
 
-def _unique(conv: _Conversation) -> list[ToolResponse]:
+def _unique(conv: _Conversation, names: dict[str, str] | None) -> list[ToolResponse]:
+    """The conversation's responses, once per call id; ``names`` gets the names it asked for."""
+    if names is not None:
+        names.update(conv.names)
     seen: set[str] = set()
     out: list[ToolResponse] = []
     for call_id, name, text in conv.responses:
@@ -317,9 +320,7 @@ def tool_responses(
                     break
     if not conv.responses:
         read_events(conv, events)
-    if names is not None:
-        names.update(conv.names)
-    return _unique(conv)
+    return _unique(conv, names)
 
 
 def responses_from_logs(
@@ -329,6 +330,4 @@ def responses_from_logs(
     ``names`` as for :func:`tool_responses`."""
     conv = new_conversation()
     read_events(conv, logs)
-    if names is not None:
-        names.update(conv.names)
-    return _unique(conv)
+    return _unique(conv, names)

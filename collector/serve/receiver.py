@@ -246,14 +246,14 @@ class Receiver:
         not stop every later one behind it."""
         logger.error("toolmeter receiver: the store refused a slice of %d request(s) (%s); writing them one at a time",
                      len(records), error)  # fmt: skip
-        for segment, offset, kind, body in records:
-            one = self._measure_here([(kind, body)])
-            one.progress = (self.receiver_id, segment, offset)
-            try:
-                self.pipeline.write(one, queued=self._worker.queued)
-            except RejectedRows as e:
-                kept = self.spool.set_aside(segment, offset, kind, body)
-                self.pipeline.set_aside(one, f"request {segment}:{offset} of the spool", e, kept, self._worker.queued)
+
+        def measure(record: Record) -> Batch:
+            one = self._measure_here([(record[2], record[3])])
+            one.progress = (self.receiver_id, record[0], record[1])
+            return one
+
+        self.pipeline.write_each(records, measure, lambda r: f"request {r[0]}:{r[1]} of the spool",
+                                 lambda r: self.spool.set_aside(*r), self._worker.queued)  # fmt: skip
 
     def _take_prefetched(self, records: list[Record]) -> tuple[list[list[Record]], Callable[[], Batch]]:
         """The slices of ``records`` and the measuring of the first, started already when the

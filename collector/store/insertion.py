@@ -46,6 +46,7 @@ either side would have every write read millions of stored keys."""
 def insert_new(
     con: duckdb.DuckDBPyConnection, table: str, source: str, keys: tuple[str, ...], keyed: bool,
     select: str = "*", by_start: bool = False, fresh: bool = False, margin_ns: int = 0,
+    within: tuple[int, int] | None = None,
 ) -> int:  # fmt: skip
     """Insert the rows of ``source`` (a table, view or subquery) whose ``keys`` are not in ``table`` yet.
 
@@ -54,7 +55,7 @@ def insert_new(
     anti-joins on ``keys``, narrowed to the source's time span when ``by_start`` (DuckDB skips
     the other row groups, DuckLake the other files, by their min/max ``start_ns``: given as
     constants, which a subquery is not to the planner), widened by ``margin_ns`` either side, and
-    drops repeats inside ``source``.
+    drops repeats inside ``source``. ``within``: that span, when the caller knows it already.
 
     ``fresh`` (a keyed table only): the rows are taken to be new, and a key already stored
     raises ``duckdb.ConstraintException`` instead of being skipped (see :func:`insert_batch`).
@@ -64,16 +65,23 @@ def insert_new(
         row = con.execute(f"{verb} INTO {table} BY NAME SELECT {select} FROM {source}").fetchone()
         return int(row[0]) if row else 0
     match = " AND ".join(f"t.{k} = s.{k}" for k in keys)
-    if by_start:
+    if by_start and within is None:
         low, high = con.execute(f"SELECT min(start_ns), max(start_ns) FROM {source}").fetchone() or (None, None)
-        if low is not None and high is not None:
-            match += f" AND t.start_ns BETWEEN {int(low) - margin_ns} AND {int(high) + margin_ns}"
+        within = (int(low), int(high)) if low is not None and high is not None else None
+    if within is not None:
+        match += f" AND t.start_ns BETWEEN {within[0] - margin_ns} AND {within[1] + margin_ns}"
     row = con.execute(
         f"""INSERT INTO {table} BY NAME SELECT {select}
             FROM (SELECT DISTINCT ON ({", ".join(keys)}) * FROM {source}) AS s
             WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE {match})"""
     ).fetchone()
     return int(row[0]) if row else 0
+
+
+def start_span(rows: pa.Table) -> tuple[int, int] | None:
+    """The least and greatest ``start_ns`` of ``rows`` (None when it has none)."""
+    low, high = pc.min_max(rows.column("start_ns")).values()
+    return (low.as_py(), high.as_py()) if low.is_valid and high.is_valid else None
 
 
 def _margin(dialects: list[Any]) -> int:
@@ -90,9 +98,12 @@ def _insert_rows(
     keyed: frozenset[str], fresh: bool = False, by_start: bool = False,
 ) -> int:  # fmt: skip
     name = f"{table}_batch"
-    con.register(name, rows if isinstance(rows, pa.Table) else columns.table_of(rows, columns.TABLES[table]))
+    arrow = rows if isinstance(rows, pa.Table) else columns.table_of(rows, columns.TABLES[table])
+    con.register(name, arrow)
     try:
-        return insert_new(con, table, name, keys, table in keyed, by_start=by_start, fresh=fresh)
+        return insert_new(
+            con, table, name, keys, table in keyed, fresh=fresh, within=start_span(arrow) if by_start else None
+        )
     finally:
         con.unregister(name)
 
@@ -110,8 +121,9 @@ def _insert_tool_rows(con: duckdb.DuckDBPyConnection, rows: pa.Table, keyed: fro
     # a call derived from the messages gives way to the tool span of the same call id (none
     # can when no row of the batch is a tool span with a call id: the query is skipped)
     ids, origins = rows.column("tool_call_id"), rows.column("origin")
+    span = start_span(rows)
     if pc.any(pc.and_(pc.is_valid(ids), pc.not_equal(origins, "messages"))).as_py():
-        low, high = con.execute("SELECT min(start_ns), max(start_ns) FROM tool_batch").fetchone() or (0, 0)
+        low, high = span or (0, 0)
         gone = con.execute(
             f"""SELECT d.trace_id, d.span_id FROM tool_calls d WHERE d.origin = 'messages'
                -- a trace's calls lie within the horizon of the batch's: DuckDB skips row groups by start_ns
@@ -123,7 +135,7 @@ def _insert_tool_rows(con: duckdb.DuckDBPyConnection, rows: pa.Table, keyed: fro
         if gone:
             _delete_calls(con, [(t, sp) for t, sp in gone])
     added = insert_new(con, "tool_calls", "tool_batch", ("trace_id", "span_id"), "tool_calls" in keyed, _TOOL_ROW,
-                       by_start=True, fresh=fresh, margin_ns=_margin(rows.column("dialect").to_pylist()))  # fmt: skip
+                       fresh=fresh, margin_ns=_margin(rows.column("dialect").to_pylist()), within=span)  # fmt: skip
     return added - min(_merge_nested(con), added)
 
 
@@ -188,9 +200,10 @@ _CARRIED = ("model", "input_tokens", "output_tokens", "cache_read_tokens", "cach
 
 def _insert_llm_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]], keyed: frozenset[str]) -> int:
     """Insert LLM calls from ``llm_batch`` (left registered for the window-cost recount)."""
-    _register(con, "llm_batch", rows, columns.LLM_CALLS)
+    table = columns.table_of(rows, columns.LLM_CALLS)
+    con.register("llm_batch", table)
     added = insert_new(con, "llm_calls", "llm_batch", ("trace_id", "span_id"), "llm_calls" in keyed, _WITH_START_TIME,
-                       by_start=True, margin_ns=_margin([r.get("dialect") for r in rows]))  # fmt: skip
+                       margin_ns=_margin([r.get("dialect") for r in rows]), within=start_span(table))  # fmt: skip
     # a model-call span around another one is one call: ADK's call_llm around generate_content
     # (its parent), an instrumentation's span around the Anthropic SDK's own (its parent, or, for
     # OpenLLMetry, which never makes its span current, a sibling inside it in time, the only one,
