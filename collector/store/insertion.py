@@ -136,21 +136,21 @@ def _insert_tool_rows(con: duckdb.DuckDBPyConnection, rows: pa.Table, keyed: fro
             _delete_calls(con, [(t, sp) for t, sp in gone])
     added = insert_new(con, "tool_calls", "tool_batch", ("trace_id", "span_id"), "tool_calls" in keyed, _TOOL_ROW,
                        fresh=fresh, margin_ns=_margin(rows.column("dialect").to_pylist()), within=span)  # fmt: skip
-    return added - min(_merge_nested(con), added)
+    return added - min(_merge_nested(con, span), added) if span is not None else added
 
 
 # One call recorded by two tool spans of the same name: a span directly inside another (a tool
 # decorator under a framework's own tool span), or the MCP SDK's server span of a call inside the
 # client's tool span (the MCP client span between them is no tool call, so only time containment
 # links them, and only when one client span contains it: parallel calls of a tool overlap).
-_NESTED = f"""
+_NESTED = """
     SELECT i.trace_id, i.span_id, any_value(o.span_id), bool_or(i.raw_bytes IS NOT NULL), count(*)
     FROM tool_calls i JOIN tool_calls o
       ON o.trace_id = i.trace_id AND o.tool_name = i.tool_name AND o.span_id <> i.span_id
     WHERE i.trace_id IN (SELECT DISTINCT trace_id FROM tool_batch)
-      -- a trace's calls lie within the horizon of the batch's: DuckDB skips row groups by start_ns
-      AND i.start_ns BETWEEN (SELECT min(start_ns) FROM tool_batch) - {TRACE_HORIZON_NS} AND (SELECT max(start_ns) FROM tool_batch) + {TRACE_HORIZON_NS}
-      AND o.start_ns BETWEEN (SELECT min(start_ns) FROM tool_batch) - {TRACE_HORIZON_NS} AND (SELECT max(start_ns) FROM tool_batch) + {TRACE_HORIZON_NS}
+      -- a trace's calls lie within the horizon of the batch's: DuckDB skips the row groups outside
+      -- it by their min/max start_ns (given as constants, which a subquery is not to the planner)
+      AND i.start_ns BETWEEN {low} AND {high} AND o.start_ns BETWEEN {low} AND {high}
       AND i.origin IN ('span', 'mcp_server') AND o.origin IN ('span', 'mcp_server')
       AND (i.parent_span_id = o.span_id
            OR (i.origin = 'mcp_server' AND o.origin = 'span' AND o.start_ns <= i.start_ns AND i.end_ns <= o.end_ns))
@@ -159,12 +159,13 @@ NESTED_WARNING = ("one call recorded by two tool spans of the same name (a tool 
                   "server's tools/call span inside the client's): kept as one row, the one that holds the result")  # fmt: skip
 
 
-def _merge_nested(con: duckdb.DuckDBPyConnection) -> int:
+def _merge_nested(con: duckdb.DuckDBPyConnection, span: tuple[int, int]) -> int:
     """Keep one row per call recorded twice (see ``_NESTED``): the inner one when it has the raw
     result (it is nearer the tool), else the outer one. Returns the rows dropped."""
     drop: list[tuple[str, str]] = []
     keep: list[tuple[str, str]] = []
-    for trace_id, inner, outer, inner_has_raw, candidates in con.execute(_NESTED).fetchall():
+    nested = _NESTED.format(low=span[0] - TRACE_HORIZON_NS, high=span[1] + TRACE_HORIZON_NS)
+    for trace_id, inner, outer, inner_has_raw, candidates in con.execute(nested).fetchall():
         if candidates != 1:
             continue
         gone, kept = (outer, inner) if inner_has_raw else (inner, outer)
@@ -326,9 +327,10 @@ def insert_batch(
         llms = _insert_llm_rows(con, batch.llm_rows, keyed)
         registered.append("llm_batch")
     if registered:
-        update_later_llm_calls(con, registered)
         starts = tool_table.column("start_ns").to_pylist() if tool_table is not None else []
-        _invalidate_rollups(con, starts + [r.get("start_ns") for r in batch.llm_rows])
+        starts += [r.get("start_ns") for r in batch.llm_rows]
+        update_later_llm_calls(con, registered, min((s for s in starts if s is not None), default=None))
+        _invalidate_rollups(con, starts)
     for name in registered:
         con.unregister(name)
     payload_table = batch.arrow("payloads")
