@@ -5,7 +5,8 @@ process can open it, not even read-only. toolmeter therefore never keeps the fil
 
 * the writer opens the file, inserts one batch in one transaction, and closes it again,
   about once a second (:meth:`Store.write`); a writer with a backlog keeps it open over
-  several batches (:meth:`Store.holding`), for at most :data:`HOLD_MAX_S` at a time;
+  several batches (:meth:`Store.holding`), for at most :data:`HOLD_MAX_S` at a time.
+  "Opens" is an attach to a DuckDB instance the writing thread keeps, "closes" a detach;
 * readers (the dashboard, ``toolmeter top``) open it read-only per query and retry
   while a writer holds it (:func:`read_connection`).
 
