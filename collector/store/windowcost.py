@@ -51,20 +51,27 @@ def update_later_llm_calls(con: duckdb.DuckDBPyConnection, batches: list[str], f
     DuckDB skip the row groups that end before the traces could begin (a subquery does not).
     """
     touched = " UNION ".join(f"SELECT trace_id FROM {b}" for b in batches)
+    if first_ns is None:
+        starts = " UNION ALL ".join(f"SELECT start_ns FROM {b}" for b in batches)
+        first_ns = _scalar(con, f"SELECT min(start_ns) FROM ({starts})")
     if first_ns is not None:
-        _recount(con, touched, str(int(first_ns) - TRACE_HORIZON_NS))
-        return
-    starts = " UNION ALL ".join(f"SELECT start_ns FROM {b}" for b in batches)
-    _recount(con, touched, f"(SELECT min(start_ns) - {TRACE_HORIZON_NS} FROM ({starts}))")
+        _recount(con, touched, int(first_ns) - TRACE_HORIZON_NS)
+
+
+def _scalar(con: duckdb.DuckDBPyConnection, query: str) -> int | None:
+    row = con.execute(query).fetchone()
+    return int(row[0]) if row and row[0] is not None else None
 
 
 def recount_all_later_llm_calls(con: duckdb.DuckDBPyConnection) -> None:
     """Recount every tool call's reads (after a bulk load done in SQL)."""
     con.execute("UPDATE tool_calls SET later_llm_calls = 0 WHERE later_llm_calls IS NULL")
-    _recount(con, "SELECT DISTINCT trace_id FROM tool_calls", "(SELECT min(start_ns) FROM tool_calls)")
+    first_ns = _scalar(con, "SELECT min(start_ns) FROM tool_calls")
+    if first_ns is not None:
+        _recount(con, "SELECT DISTINCT trace_id FROM tool_calls", first_ns)
 
 
-def _model_calls(con: duckdb.DuckDBPyConnection, touched: str, lo: str) -> tuple[int, int]:
+def _model_calls(con: duckdb.DuckDBPyConnection, touched: str, lo: int) -> tuple[int, int]:
     """(model calls of the ``touched`` traces from ``lo`` on, those of them counted read by read)."""
     found = con.execute(
         f"""WITH touched AS ({touched})
@@ -74,7 +81,7 @@ def _model_calls(con: duckdb.DuckDBPyConnection, touched: str, lo: str) -> tuple
     return (int(found[0]), int(found[1])) if found else (0, 0)
 
 
-def _recount(con: duckdb.DuckDBPyConnection, touched: str, lo: str) -> None:
+def _recount(con: duckdb.DuckDBPyConnection, touched: str, lo: int) -> None:
     """Recount the tool calls of the ``touched`` traces that start at ``lo`` or later.
 
     Tool calls go in with ``later_llm_calls = 0`` and the other columns null, which is what a
