@@ -189,15 +189,49 @@ def _retry_locked(
             delay = min(delay * 2, 0.25)
 
 
-class _Reading(threading.local):
-    host: duckdb.DuckDBPyConnection | None = None
-    """This thread's DuckDB instance for reads (see read_connection)."""
-    pid = 0
-    path: str | None = None
-    """The file attached to it while a read runs."""
+class ThreadInstances(threading.local):
+    """One in-memory DuckDB instance per thread, kept from one use to the next: the store file is
+    attached to it for a write or a read and detached after (see :func:`attach_for_writing`).
+
+    An instance inherited through fork belongs to the parent: never used (nor closed) in the child.
+    """
+
+    def __init__(self, threads: int | None = None) -> None:
+        # threading.local runs __init__ again, with the same arguments, in each thread that uses it
+        self.threads = threads
+        self.con: duckdb.DuckDBPyConnection | None = None
+        self.pid = 0
+        self.path: str | None = None
+        """The file attached while a read runs (see read_connection)."""
+
+    def get(self) -> duckdb.DuckDBPyConnection:
+        """This thread's instance, made at its first use in this process."""
+        if self.con is None or self.pid != os.getpid():
+            con = duckdb.connect(":memory:")
+            if self.threads is not None:
+                con.execute(f"SET threads = {self.threads}")  # the instance's own
+            self.con, self.pid = con, os.getpid()
+        return self.con
+
+    def let_go(self, clean: bool) -> None:
+        """Detach the store file from this thread's instance. After a failed write or query
+        (``clean`` false) the instance goes too: it may hold a broken transaction or a table
+        the failed work registered, and the next use makes a new one."""
+        con = self.con
+        if con is None:
+            return
+        if clean:
+            try:
+                detach(con)
+                return
+            except duckdb.Error:
+                pass
+        self.con = None
+        with contextlib.suppress(duckdb.Error):
+            con.close()
 
 
-_reading = _Reading()
+_reading = ThreadInstances()
 
 
 @contextlib.contextmanager
@@ -220,23 +254,19 @@ def read_connection(
             f"no toolmeter store at {path}. Record some tool calls first: `toolmeter demo` loads the sample "
             "traces, `toolmeter ingest FILE --db PATH` loads yours, or add ToolResultProcessor to your agent."
         )
+    if _reading.path == path and _reading.con is not None:  # inside a read of the same file: shared
+        yield _reading.con
+        return
     if L.is_lake(path) or _reading.path is not None:
         # a lake is attached once per process anyway; inside a read of another file, a
-        # connection of its own (a read of the same file shares that read's, below)
-        if _reading.path == path and _reading.host is not None:
-            yield _reading.host
-            return
+        # connection of its own
         con = connect(path, read_only=True, wait_s=wait_s)
         try:
             yield con
         finally:
             con.close()
         return
-    host = _reading.host
-    if host is None or _reading.pid != os.getpid():
-        # an instance inherited through fork belongs to the parent: never used (nor closed) here
-        host = _reading.host = duckdb.connect(":memory:")
-        _reading.pid = os.getpid()
+    host = _reading.get()
 
     def attached() -> duckdb.DuckDBPyConnection:
         host.execute(f"ATTACH {sql_literal(path)} AS {STORE_ALIAS} (READ_ONLY)")
@@ -246,8 +276,7 @@ def read_connection(
     try:
         _retry_locked(path, attached, wait_s, None)
     except BaseException:
-        _reading.host = None
-        host.close()
+        _reading.let_go(clean=False)
         raise
     _reading.path = path
     clean = False
@@ -256,18 +285,7 @@ def read_connection(
         clean = True
     finally:
         _reading.path = None
-        # after a failed query the instance goes: it may hold what the query made (a registered table)
-        if not (clean and _detached(host)):
-            _reading.host = None
-            host.close()
-
-
-def _detached(host: duckdb.DuckDBPyConnection) -> bool:
-    try:
-        detach(host)
-    except duckdb.Error:
-        return False
-    return True
+        _reading.let_go(clean)
 
 
 def read_progress(path: str, receiver_id: str) -> tuple[int, int]:

@@ -55,11 +55,11 @@ from collector.store import lake as L
 from collector.store.batch import Batch, WriteResult
 from collector.store.connection import (
     LOCK_RETRY_SECONDS,
+    ThreadInstances,
     WriteAbandoned,
     _lake_connect,
     attach_for_writing,
     connect,
-    detach,
     forget_lake_schema,
     pause,
     read_connection,
@@ -151,8 +151,8 @@ class Store:
         self._holder: int | None = None
         """The thread (ident) inside :meth:`holding`; only its writes use the held connection."""
         self._held: duckdb.DuckDBPyConnection | None = None
-        self._hosts = threading.local()
-        """Each writing thread's DuckDB instance (``con``) and the process it was made in (``pid``)."""
+        self._hosts = ThreadInstances(threads=WRITE_THREADS)
+        """Each writing thread's DuckDB instance (see WRITE_THREADS for its threads)."""
         self._held_since = 0.0
         self.lake: L.LakeSpec | None = L.LakeSpec.parse(self.path) if L.is_lake(self.path) else None
         self.commit_retries = 0
@@ -208,7 +208,7 @@ class Store:
     def _release(self, clean: bool = True) -> None:
         con, self._held = self._held, None
         if con is not None:
-            self._let_go(con, clean)
+            self._hosts.let_go(clean)
 
     def _open(self) -> tuple[duckdb.DuckDBPyConnection, bool]:
         """A connection for one write, and whether it is the held one (left open after it)."""
@@ -220,36 +220,13 @@ class Store:
         return self._held, True
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
-        """This thread's in-memory DuckDB instance with the file attached (see attach_for_writing):
-        each thread that writes keeps one, from one write to the next."""
-        host = getattr(self._hosts, "con", None)
-        if host is None or self._hosts.pid != os.getpid():
-            # an instance inherited through fork belongs to the parent: never used (nor closed) here
-            host = duckdb.connect(":memory:")
-            host.execute(f"SET threads = {WRITE_THREADS}")  # the instance's own (see WRITE_THREADS)
-            self._hosts.con, self._hosts.pid = host, os.getpid()
+        """This thread's in-memory DuckDB instance with the file attached (see ThreadInstances)."""
+        host = self._hosts.get()
         try:
             return attach_for_writing(host, self.path, wait_s=self.lock_wait_s, stop=self.stop)
         except BaseException:
-            self._drop_host()
+            self._hosts.let_go(clean=False)
             raise
-
-    def _let_go(self, con: duckdb.DuckDBPyConnection, clean: bool) -> None:
-        """Detach the file from ``con`` (this thread's instance); after a failed write the
-        instance goes too (it may hold a broken transaction or a table the write registered)."""
-        if clean:
-            try:
-                detach(con)
-                return
-            except duckdb.Error:
-                pass
-        self._drop_host()
-
-    def _drop_host(self) -> None:
-        host, self._hosts.con = getattr(self._hosts, "con", None), None
-        if host is not None:
-            with contextlib.suppress(duckdb.Error):
-                host.close()
 
     def _transaction(self, work: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:
         """Run ``work(con)`` in one transaction: once on a file, retried on a lake."""
@@ -269,7 +246,7 @@ class Store:
             raise StoreError(f"cannot write to the toolmeter store {self.path}: {e}") from e
         finally:
             if not held:
-                self._let_go(con, ok)
+                self._hosts.let_go(ok)
             elif not ok or time.monotonic() - self._held_since >= HOLD_MAX_S:
                 # a failed write may leave the connection unusable: the next one opens afresh
                 self._release(ok)

@@ -12,6 +12,7 @@ latest row).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 import duckdb
@@ -294,7 +295,7 @@ _UNCLAIMED_VIEWS = """
                       AND t.tool_call_id = m.tool_call_id AND t.origin IS DISTINCT FROM 'messages')"""
 
 
-def _invalidate_rollups(con: duckdb.DuckDBPyConnection, starts: list[int | None]) -> None:
+def _invalidate_rollups(con: duckdb.DuckDBPyConnection, starts: Sequence[int | None]) -> None:
     """Rolled days the rows that start at ``starts`` (and the window-cost recount they cause)
     change lose their rollup."""
     known = [s for s in starts if s is not None]
@@ -329,8 +330,10 @@ def insert_batch(
     if registered:
         starts = tool_table.column("start_ns").to_pylist() if tool_table is not None else []
         starts += [r.get("start_ns") for r in batch.llm_rows]
-        update_later_llm_calls(con, registered, min((s for s in starts if s is not None), default=None))
-        _invalidate_rollups(con, starts)
+        known = [int(s) for s in starts if s is not None]
+        if known:
+            update_later_llm_calls(con, registered, min(known))
+            _invalidate_rollups(con, known)
     for name in registered:
         con.unregister(name)
     payload_table = batch.arrow("payloads")

@@ -41,34 +41,25 @@ _SET = """later_llm_calls = n.later, cached_reads = n.cached, cache_written = n.
        cleared_by = n.cleared_by, read_by_model = n.model"""
 
 
-def update_later_llm_calls(con: duckdb.DuckDBPyConnection, batches: list[str], first_ns: int | None = None) -> None:
+def update_later_llm_calls(con: duckdb.DuckDBPyConnection, batches: list[str], first_ns: int) -> None:
     """Recount, for the traces this batch touched, how each tool result was read after it.
 
     ``batches`` names the registered Arrow tables of the batch (tool and LLM rows): their
     traces are the ones recounted. Recounting whole traces (not adding to counts) keeps
     the columns right whatever order spans arrive in, and when a batch is retried.
-    ``first_ns``: the batch's earliest start, when the caller knows it; as a constant, it lets
-    DuckDB skip the row groups that end before the traces could begin (a subquery does not).
+    ``first_ns`` is the batch's earliest start: as a number, it lets DuckDB skip the row groups
+    that end before the traces could begin (a subquery does not).
     """
     touched = " UNION ".join(f"SELECT trace_id FROM {b}" for b in batches)
-    if first_ns is None:
-        starts = " UNION ALL ".join(f"SELECT start_ns FROM {b}" for b in batches)
-        first_ns = _scalar(con, f"SELECT min(start_ns) FROM ({starts})")
-    if first_ns is not None:
-        _recount(con, touched, int(first_ns) - TRACE_HORIZON_NS)
-
-
-def _scalar(con: duckdb.DuckDBPyConnection, query: str) -> int | None:
-    row = con.execute(query).fetchone()
-    return int(row[0]) if row and row[0] is not None else None
+    _recount(con, touched, first_ns - TRACE_HORIZON_NS)
 
 
 def recount_all_later_llm_calls(con: duckdb.DuckDBPyConnection) -> None:
     """Recount every tool call's reads (after a bulk load done in SQL)."""
     con.execute("UPDATE tool_calls SET later_llm_calls = 0 WHERE later_llm_calls IS NULL")
-    first_ns = _scalar(con, "SELECT min(start_ns) FROM tool_calls")
-    if first_ns is not None:
-        _recount(con, "SELECT DISTINCT trace_id FROM tool_calls", first_ns)
+    first = con.execute("SELECT min(start_ns) FROM tool_calls").fetchone()
+    if first and first[0] is not None:  # the bound as a number (see update_later_llm_calls)
+        _recount(con, "SELECT DISTINCT trace_id FROM tool_calls", int(first[0]))
 
 
 def _model_calls(con: duckdb.DuckDBPyConnection, touched: str, lo: int) -> tuple[int, int]:
