@@ -294,9 +294,11 @@ def _mcp_without_result(attrs: Mapping[str, Any], result: _Result, raw_bytes: in
 def _sdk_limit_warnings(span: SpanData, result: _Result, raw_bytes: int | None) -> list[str]:
     """Say when the SDK's attribute limits probably cut the result or dropped attributes."""
     warnings: list[str] = []
-    limit = attribute_value_limit()
     key, attr = result.key, result.attr
-    if key and isinstance(attr, str) and limit and len(attr) == limit and raw_bytes is None:
+    # the limit is read only for a result that could have met it: reading the environment costs
+    # ~2 us, a tenth of reading a small tool span
+    limit = attribute_value_limit() if key and isinstance(attr, str) and raw_bytes is None else None
+    if limit and len(attr) == limit:  # type: ignore[arg-type]
         warnings.append(
             f"raw result ({key}) is exactly {limit} characters, the OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT: "
             "it was probably cut by the SDK. Record results with collector.record_tool_result, or raise the limit"

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 from collector.measure import json_value
@@ -141,10 +143,17 @@ def schema_of(parsed: Any) -> tuple[str, list[str], bool]:
     """
     types: dict[str, set[str]] = {}
     stack: list[tuple[str, Any]] = [("$", parsed)]
+    columns: list[tuple[str, list[Any]]] = []
     seen = 0
     type_names = _TYPE_NAMES
     flat_done: set[tuple[str, tuple[str, ...], tuple[type, ...]]] = set()
-    while stack and seen < MAX_SCHEMA_NODES:
+    while seen < MAX_SCHEMA_NODES:
+        if columns:
+            path, values = columns.pop()
+            seen = _column(path, values, types, flat_done, stack, columns, seen)
+            continue
+        if not stack:
+            break
         path, value = stack.pop()
         seen += 1
         kind = type_names.get(type(value)) or _type_name(value)
@@ -154,13 +163,8 @@ def schema_of(parsed: Any) -> tuple[str, list[str], bool]:
         path_types.add(kind)
         if kind == "object":
             seen += _members(path, value, types, flat_done, stack)
-        elif kind == "array":
-            child_path = f"{path}[]"
-            if len(value) > 1 and type(value[0]) is dict:
-                seen = _rows(value, child_path, types, flat_done, stack, seen)
-            else:
-                for child in value:
-                    stack.append((child_path, child))
+        elif kind == "array" and value:
+            columns.append((f"{path}[]", value))
     # a tool returns the same structure call after call: its fingerprint is worked out once
     key = tuple((path, tuple(seen_types)) for path, seen_types in types.items())
     known = _fingerprints.get(key)
@@ -169,7 +173,7 @@ def schema_of(parsed: Any) -> tuple[str, list[str], bool]:
         if len(_fingerprints) >= 4096:  # bounded: a stream of ever-new structures
             _fingerprints.clear()
         _fingerprints[key] = known
-    return known[0], list(known[1]), not stack
+    return known[0], list(known[1]), not stack and not columns
 
 
 def _members(path: str, obj: dict[str, Any], types: dict[str, set[str]],
@@ -201,24 +205,67 @@ def _members(path: str, obj: dict[str, Any], types: dict[str, set[str]],
     return seen
 
 
-def _rows(rows: list[Any], path: str, types: dict[str, set[str]],
-          flat_done: set[tuple[str, tuple[str, ...], tuple[type, ...]]], stack: list[tuple[str, Any]],
-          seen: int) -> int:  # fmt: skip
-    """The elements of a list of rows, walked in place (:func:`_members`) rather than each
-    pushed and popped; an element that is not an object goes on the stack. Returns the values
-    seen so far."""
-    row_types = None
-    for i, row in enumerate(rows):
-        if seen >= MAX_SCHEMA_NODES:
-            stack.extend((path, rest) for rest in rows[i:])  # left unwalked: the walk says it is incomplete
-            break
-        if type(row) is not dict:
-            stack.append((path, row))
+def _column(path: str, values: list[Any], types: dict[str, set[str]],
+            flat_done: set[tuple[str, tuple[str, ...], tuple[type, ...]]], stack: list[tuple[str, Any]],
+            columns: list[tuple[str, list[Any]]], seen: int) -> int:  # fmt: skip
+    """Walk ``values``, which share ``path`` (a list's elements, or one key's values across the
+    rows of a list), a column at a time: the kinds are taken over the whole column in C
+    (``set(map(type, ...))``), the elements of its lists and the keys of its objects become
+    columns of their own. Walking row by row cost ~1.2 us a row: a 14-row result's fingerprint
+    took ~21 us, a sixth of measuring it. Returns the values seen so far."""
+    room = MAX_SCHEMA_NODES - seen
+    if len(values) > room:
+        columns.append((path, values[room:]))  # left unwalked: the walk says it is incomplete
+        values = values[:room]
+    names = types.get(path)
+    if names is None:
+        types[path] = names = set()
+    kinds = set(map(type, values))
+    seen += len(values)
+    for kind in kinds:
+        name = _TYPE_NAMES.get(kind)
+        if name is None:  # a subclass of a JSON type: walked from the stack (see _type_name)
+            odd = [(path, v) for v in values if type(v) is kind]
+            stack.extend(odd)
+            seen -= len(odd)
             continue
-        if row_types is None:
-            row_types = types.setdefault(path, set())
-        row_types.add("object")
-        seen += 1 + _members(path, row, types, flat_done, stack)
+        names.add(name)
+        if name == "array":
+            lists = values if len(kinds) == 1 else [v for v in values if type(v) is list]
+            elements = list(chain.from_iterable(lists))
+            if elements:
+                columns.append((f"{path}[]", elements))
+        elif name == "object":
+            rows = values if len(kinds) == 1 else [v for v in values if type(v) is dict]
+            seen = _rows(path, rows, types, flat_done, stack, columns, seen)
+    return seen
+
+
+def _rows(path: str, rows: list[dict[str, Any]], types: dict[str, set[str]],
+          flat_done: set[tuple[str, tuple[str, ...], tuple[type, ...]]], stack: list[tuple[str, Any]],
+          columns: list[tuple[str, list[Any]]], seen: int) -> int:  # fmt: skip
+    """The objects at ``path`` (already counted): rows with the same keys, in the same order,
+    become one column per key; a row whose keys no other row has is walked by :func:`_members`."""
+    keysets = set(map(tuple, rows))
+    groups: Any
+    if len(keysets) == 1:
+        groups = ((keysets.pop(), rows),)
+    else:
+        by_keys: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for row in rows:
+            keys = tuple(row)
+            group = by_keys.get(keys)
+            if group is None:
+                by_keys[keys] = [row]
+            else:
+                group.append(row)
+        groups = by_keys.items()
+    for keys, group in groups:
+        if len(group) == 1:
+            seen += _members(path, group[0], types, flat_done, stack)
+            continue
+        for key in keys:
+            columns.append((f"{path}.{_key_name(key)}", list(map(itemgetter(key), group))))
     return seen
 
 

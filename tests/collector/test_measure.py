@@ -309,3 +309,30 @@ def _reference_schema(parsed: object) -> tuple[str, list[str]]:
 def test_the_fingerprint_walk_gives_what_visiting_every_value_gives(parsed: object) -> None:
     fingerprint, fields, complete = schema_of(parsed)
     assert (fingerprint, fields) == _reference_schema(parsed) and complete
+
+
+def test_the_column_walk_gives_the_row_walk_answer_for_mixed_rows_and_subclasses() -> None:
+    from collections import OrderedDict
+
+    rows = [
+        {"id": 1, "tags": ["a", "b"], "user": {"login": "x", "site": {"url": "u"}}},
+        {"tags": [], "id": 2, "user": {"login": "y", "site": None}},  # the same keys in another order
+        {"id": 3, "tags": [1, {"k": True}], "user": None, "extra": 1.5},
+        OrderedDict(id=4, tags=["c"], user={"login": "z"}),  # a dict subclass: walked one by one
+        [1, 2],
+        "not a row",
+    ]
+    fingerprint, fields, complete = schema_of(rows)
+    assert (fingerprint, fields) == _reference_schema(rows) and complete
+    assert "$[].user.site.url:string" in fields and "$[].tags[].k:boolean" in fields
+
+
+def test_a_walk_cut_at_the_node_limit_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from collector.measure import shape
+
+    monkeypatch.setattr(shape, "MAX_SCHEMA_NODES", 50)
+    rows = [{"id": i, "name": "n", "nested": [{"a": i}]} for i in range(40)]
+    _, fields, complete = shape.schema_of(rows)
+    assert not complete and set(fields) <= set(_reference_schema(rows)[1])
+    _, _, complete = shape.schema_of(rows[:5])
+    assert complete
