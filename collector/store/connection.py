@@ -25,7 +25,7 @@ import duckdb
 from collector.errors import StoreError
 from collector.store import lake as L
 from collector.store.extensions import sql_literal
-from collector.store.schema import lake_schema_sql
+from collector.store.schema import date_old_payloads, lake_schema_sql
 
 LOCK_RETRY_SECONDS = 30.0
 """How long a writer or reader waits for another process to release the file."""
@@ -373,6 +373,8 @@ def _create_lake_tables(con: duckdb.DuckDBPyConnection, stop: threading.Event | 
         try:
             with transaction(con):
                 con.execute(lake_schema_sql())
+            with transaction(con):
+                date_old_payloads(con)
             return
         except duckdb.Error:
             if attempt == 9:

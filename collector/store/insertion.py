@@ -85,9 +85,9 @@ def start_span(rows: pa.Table) -> tuple[int, int] | None:
     return (low.as_py(), high.as_py()) if low.is_valid and high.is_valid else None
 
 
-def _margin(dialects: list[Any]) -> int:
+def _margin(dialects: pa.ChunkedArray) -> int:
     """:data:`REPEAT_MARGIN_NS` for a batch holding Claude Code calls, else none."""
-    return REPEAT_MARGIN_NS if "claude_code" in dialects else 0
+    return REPEAT_MARGIN_NS if pc.any(pc.equal(dialects, "claude_code")).as_py() else 0
 
 
 def _register(con: duckdb.DuckDBPyConnection, name: str, rows: list[dict[str, Any]], schema: pa.Schema) -> None:
@@ -96,15 +96,14 @@ def _register(con: duckdb.DuckDBPyConnection, name: str, rows: list[dict[str, An
 
 def _insert_rows(
     con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]] | pa.Table, keys: tuple[str, ...],
-    keyed: frozenset[str], fresh: bool = False, by_start: bool = False,
+    keyed: frozenset[str], fresh: bool = False, by_start: bool = False, margin_ns: int = 0,
 ) -> int:  # fmt: skip
     name = f"{table}_batch"
     arrow = rows if isinstance(rows, pa.Table) else columns.table_of(rows, columns.TABLES[table])
     con.register(name, arrow)
     try:
-        return insert_new(
-            con, table, name, keys, table in keyed, fresh=fresh, within=start_span(arrow) if by_start else None
-        )
+        return insert_new(con, table, name, keys, table in keyed, fresh=fresh, margin_ns=margin_ns,
+                          within=start_span(arrow) if by_start else None)  # fmt: skip
     finally:
         con.unregister(name)
 
@@ -136,7 +135,7 @@ def _insert_tool_rows(con: duckdb.DuckDBPyConnection, rows: pa.Table, keyed: fro
         if gone:
             _delete_calls(con, [(t, sp) for t, sp in gone])
     added = insert_new(con, "tool_calls", "tool_batch", ("trace_id", "span_id"), "tool_calls" in keyed, _TOOL_ROW,
-                       fresh=fresh, margin_ns=_margin(rows.column("dialect").to_pylist()), within=span)  # fmt: skip
+                       fresh=fresh, margin_ns=_margin(rows.column("dialect")), within=span)  # fmt: skip
     return added - min(_merge_nested(con, span), added) if span is not None else added
 
 
@@ -205,7 +204,7 @@ def _insert_llm_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]],
     table = columns.table_of(rows, columns.LLM_CALLS)
     con.register("llm_batch", table)
     added = insert_new(con, "llm_calls", "llm_batch", ("trace_id", "span_id"), "llm_calls" in keyed, _WITH_START_TIME,
-                       margin_ns=_margin([r.get("dialect") for r in rows]), within=start_span(table))  # fmt: skip
+                       margin_ns=_margin(table.column("dialect")), within=start_span(table))  # fmt: skip
     # a model-call span around another one is one call: ADK's call_llm around generate_content
     # (its parent), an instrumentation's span around the Anthropic SDK's own (its parent, or, for
     # OpenLLMetry, which never makes its span current, a sibling inside it in time, the only one,
@@ -338,8 +337,10 @@ def insert_batch(
         con.unregister(name)
     payload_table = batch.arrow("payloads")
     if payload_table is not None:
-        # a lake's payloads from before they carried start_ns are compared with all (unnarrowed)
-        _insert_rows(con, "payloads", payload_table, ("trace_id", "span_id", "kind"), keyed, fresh, by_start=not lake)
+        # only stored payloads near the batch's calls are looked at (see schema.date_old_payloads),
+        # as far off as a repeat of the calls' own rows is
+        margin = _margin(tool_table.column("dialect")) if tool_table is not None else 0
+        _insert_rows(con, "payloads", payload_table, ("trace_id", "span_id", "kind"), keyed, fresh, True, margin)
     if batch.message_rows:
         _insert_rows(con, "message_views", batch.message_rows, ("trace_id", "tool_call_id"), keyed)
     if batch.name_rows:
@@ -401,4 +402,4 @@ def replace_tool_rows(
     con.unregister("tool_batch")
     _invalidate_rollups(con, [r.get("start_ns") for r in rows])
     if payload_rows:
-        _insert_rows(con, "payloads", payload_rows, ("trace_id", "span_id", "kind"), keyed, by_start=not lake)
+        _insert_rows(con, "payloads", payload_rows, ("trace_id", "span_id", "kind"), keyed, by_start=True)

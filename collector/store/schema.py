@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.resources
 import re
 
+import duckdb
+
 
 def schema_sql() -> str:
     """The DDL of the store (``collector/store/schema.sql``)."""
@@ -56,3 +58,24 @@ def lake_schema_sql() -> str:
         if code.rstrip().endswith(","):
             lines[j] = code.rstrip()[:-1] + (" " + sep + comment if sep else "")
     return "\n".join(lines)
+
+
+_UNDATED_PAYLOADS = """
+    SELECT 1 FROM payloads p JOIN tool_calls t ON t.trace_id = p.trace_id AND t.span_id = p.span_id
+    WHERE p.start_ns IS NULL LIMIT 1"""
+_DATE_PAYLOADS = """
+    UPDATE payloads SET start_ns = t.start_ns FROM tool_calls t
+    WHERE payloads.start_ns IS NULL AND t.trace_id = payloads.trace_id AND t.span_id = payloads.span_id"""
+
+
+def date_old_payloads(con: duckdb.DuckDBPyConnection) -> int:
+    """Give the payload rows stored before they carried their call's start that start, from the
+    call's row; returns how many were dated (none, after the first time).
+
+    A write looks for repeats of its payloads only among those near its own calls' starts
+    (DuckDB and DuckLake skip the row groups and files outside): an undated row would never
+    be found there. A row whose call is gone stays undated; nothing will repeat it."""
+    if con.execute(_UNDATED_PAYLOADS).fetchone() is None:
+        return 0
+    row = con.execute(_DATE_PAYLOADS).fetchone()
+    return int(row[0]) if row else 0

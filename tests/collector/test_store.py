@@ -398,3 +398,27 @@ def test_a_batch_holding_stored_calls_is_written_again_skipping_them(
     said = [r.getMessage() for r in caplog.records if "made with primary keys" in r.getMessage()]
     assert len(said) == (1 if made == "with keys" else 0)  # once, with what to run
     assert all("toolmeter prune --db" in m for m in said)
+
+
+def test_payloads_stored_before_they_carried_a_start_are_dated_and_not_stored_twice(tmp_path: Path) -> None:
+    from collector.config import CollectorConfig
+    from collector.decode.request import JSON, decode_traces
+    from collector.dialects.spans import classify
+    from collector.model import Item
+    from collector.pipeline import Pipeline
+
+    db = str(tmp_path / "old.duckdb")
+
+    def write(*span_ids: int) -> int:
+        pipeline = Pipeline(CollectorConfig(db=db))  # a new process: it readies the store at its first write
+        spans = decode_traces(_tool_spans(*span_ids), JSON, "otlp").spans
+        return pipeline.write(pipeline.build_batch([Item(classify(s.name, s.attributes), s) for s in spans])).tool_calls
+
+    assert write(1, 2) == 2
+    with duckdb.connect(db) as con:
+        con.execute("UPDATE payloads SET start_ns = NULL")  # as a store written before the column existed
+    # a repeat is looked for among the payloads near the batch's calls only: the old rows are dated first
+    assert write(2, 3) == 1
+    with read_connection(db) as con:
+        rows = con.execute("SELECT span_id, start_ns FROM payloads ORDER BY span_id").fetchall()
+    assert [(s, t - 1_700_000_000_000_000_000) for s, t in rows] == [(f"{i:016x}", i) for i in (1, 2, 3)]

@@ -283,3 +283,23 @@ def test_a_lake_names_views_from_names_that_came_in_another_batch(lake_store: st
     with read_connection(lake_store) as con:
         assert con.execute("SELECT tool_name FROM message_views").fetchall() == [("lookup_order",)]
         assert con.execute("SELECT tool_name FROM tool_calls").fetchall() == [("lookup_order",)]
+
+
+def test_payloads_stored_before_they_carried_a_start_are_dated_and_not_stored_twice(
+    lake_store: str, file_store: tuple[str, list[str]]
+) -> None:
+    from collector.store import connection as S
+
+    _, files = file_store
+    ingest_files(files[:1], CollectorConfig(db=lake_store))
+    con = S._lake_connect(lake_store, create=False)
+    con.execute("UPDATE payloads SET start_ns = NULL")  # as a lake written before the column existed
+    stored = con.execute("SELECT count(*) FROM payloads").fetchone()
+    con.close()
+    S._lake_schema_ready.clear()
+    L.close_all()
+    again = ingest_files(files[:1], CollectorConfig(db=lake_store))  # a replay: every span is a repeat
+    assert again.tool_calls == 0
+    with read_connection(lake_store) as con:
+        after = con.execute("SELECT count(*), count(*) FILTER (WHERE start_ns IS NULL) FROM payloads").fetchone()
+    assert stored is not None and after == (stored[0], 0)
