@@ -6,8 +6,10 @@ measured once, then given new random trace ids for each write, as OpenTelemetry 
 and times ``--every`` seconds later than the previous write's)
 written again and again into one DuckDB file through the collector's own writer, with the
 file's closing checkpoint, and prints the cost per span at each size beside the cost into a
-store of ``--first`` calls (the baseline, same run). It does so for a file made now and for
-one made with the primary keys the large tables had before (``--layouts``).
+store of ``--first`` calls (the baseline, same run). It does so for a file made now, for
+one made with the primary keys the large tables had before, and for a DuckLake with a
+DuckDB catalog file and its data beside it (``--layouts``; the lake is not in the default:
+a lake write commits a catalog snapshot and a Parquet file per table, ~10x a file's cost).
 
 Usage: ``python benchmarks/bench_flush.py [--batch 5000] [--calls 1000000]``
 """
@@ -25,10 +27,11 @@ import time
 import duckdb
 from bench_receiver import requests_for
 
-from collector.config import CollectorConfig
+from collector.config import DATA_PATH_ENV, STATE_DIR_ENV, CollectorConfig
 from collector.measuring import items_of
 from collector.pipeline import Pipeline
 from collector.store.batch import Batch
+from collector.store.lake import PREFIX, close_all
 from collector.store.schema import keyed_schema_sql
 
 
@@ -44,12 +47,18 @@ def renamed(base: Batch, rng: random.Random, shift_ns: int) -> Batch:
     return batch
 
 
+def _size(folder: str) -> int:
+    """Bytes of every file under ``folder`` (a DuckDB file, or a lake's catalog and data)."""
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, names in os.walk(folder) for f in names)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=5000, help="tool calls per write")
     parser.add_argument("--calls", type=int, default=1_000_000, help="calls in the store at the end")
     parser.add_argument("--first", type=int, default=100_000, help="store size of the baseline")
-    parser.add_argument("--layouts", default="now,with keys", help="'now' and/or 'with keys' (as made before)")
+    parser.add_argument("--layouts", default="now,with keys",
+                        help="any of 'now', 'with keys' (a file as made before) and 'lake'")  # fmt: skip
     parser.add_argument("--every", type=float, default=600.0,
                         help="seconds of span time between writes (600: 5,000 calls every 10 minutes, ~720,000 a day)")  # fmt: skip
     args = parser.parse_args()
@@ -61,7 +70,11 @@ def main() -> None:
     for layout in args.layouts.split(","):
         with tempfile.TemporaryDirectory(prefix="toolmeter-bench-flush-") as tmp:
             db = os.path.join(tmp, "flush.duckdb")
-            if layout == "with keys":  # a file made before the large tables lost their keys
+            if layout == "lake":
+                os.environ[DATA_PATH_ENV] = os.path.join(tmp, "data")
+                os.environ[STATE_DIR_ENV] = os.path.join(tmp, "state")
+                db = f"{PREFIX}{tmp}/flush.ducklake"
+            elif layout == "with keys":  # a file made before the large tables lost their keys
                 with duckdb.connect(db) as con:
                     con.execute(keyed_schema_sql())
             pipeline = Pipeline(CollectorConfig(db=db))
@@ -75,15 +88,18 @@ def main() -> None:
                 pipeline.write(batch)
                 costs.append((time.perf_counter() - t0) / args.batch * 1e6)
             # three writes around each mark: one is noisy
-            results[layout] = ([statistics.median(costs[max(n - 1, 0) : n + 2]) for n in marks], os.path.getsize(db))
+            results[layout] = ([statistics.median(costs[max(n - 1, 0) : n + 2]) for n in marks], _size(tmp))
+            close_all()
     print(f"one write of {args.batch:,} small tool calls (random trace ids, {args.every:g} s of span time apart) "
-          "into one DuckDB file, as it grows")  # fmt: skip
+          "into one store, as it grows")  # fmt: skip
     head = "".join(f" {layout + ': us/span':>20} {'vs baseline':>12}" for layout in results)
     print(f"   {'calls stored before the write':>30}{head}")
     for i, n in enumerate(marks):
         cells = "".join(f" {us[i]:>20.1f} {us[i] / us[0]:>11.2f}x" for us, _ in results.values())
         print(f"   {n * args.batch:>30,}{cells}{'  (baseline)' if i == 0 else ''}")
-    print("   file at the end: " + ", ".join(f"{layout} {size / 1e6:,.0f} MB" for layout, (_, size) in results.items()))
+    print(
+        "   store at the end: " + ", ".join(f"{layout} {size / 1e6:,.0f} MB" for layout, (_, size) in results.items())
+    )
 
 
 if __name__ == "__main__":
