@@ -33,9 +33,13 @@ class Source(StrEnum):
         return self.value
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ToolCall:
-    """One tool call as a span described it."""
+    """One tool call as a span described it.
+
+    Read-only by convention (a changed call is a :func:`dataclasses.replace` of it), not frozen:
+    a frozen dataclass sets each of these fields through ``object.__setattr__``, and building
+    one took ~4.3 µs, about a twentieth of measuring a small span (~0.5 µs with slots)."""
 
     trace_id: str
     span_id: str
@@ -134,9 +138,10 @@ class Issue:
         return f"{where}: {self.message}"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SpanData:
-    """A finished span, independent of where it came from."""
+    """A finished span, independent of where it came from. Read-only by convention, not frozen,
+    as :class:`ToolCall` (one is built for every span received)."""
 
     name: str
     trace_id: str
