@@ -24,28 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from collector.measure import shape
-from collector.measure.shape import _fingerprint, _key_name, _type_name, parse_json
+from collector.measure.shape import parse_json
 
 ROOT = Path(__file__).resolve().parent.parent
 REALWORLD = Path(os.environ.get("TOOLMETER_REALWORLD", ROOT.parent / "shared" / "realworld" / "payloads"))
 
 
 def every_value(parsed: Any) -> tuple[str, list[str], bool]:
-    """The baseline: each value visited, recursively (the property test's reference walk)."""
-    types: dict[str, set[str]] = {}
-
-    def walk(path: str, value: Any) -> None:
-        types.setdefault(path, set()).add(_type_name(value))
-        if isinstance(value, dict):
-            for key, child in value.items():
-                walk(f"{path}.{_key_name(key)}", child)
-        elif isinstance(value, list):
-            for child in value:
-                walk(f"{path}[]", child)
-
-    walk("$", parsed)
-    fingerprint, fields = _fingerprint(types)
-    return fingerprint, list(fields), True
+    """The baseline: each value visited, recursively (the tests' reference walk)."""
+    return (*shape.schema_by_every_value(parsed), True)
 
 
 def _load(checkout: str) -> Callable[[Any], tuple[str, list[str], bool]]:

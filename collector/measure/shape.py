@@ -284,3 +284,23 @@ def _fingerprint(types: dict[str, set[str]]) -> tuple[str, tuple[str, ...]]:
     fields.sort()
     structure.sort()
     return hashlib.sha256("\n".join(structure).encode()).hexdigest()[:16], tuple(fields)
+
+
+def schema_by_every_value(parsed: Any) -> tuple[str, list[str]]:
+    """What :func:`schema_of` must give, the plain way: every value visited, recursively, with no
+    shortcut and no node limit. Its reference in the tests and the baseline of
+    ``benchmarks/bench_fingerprint.py``; recursion bounds the nesting it can take."""
+    types: dict[str, set[str]] = {}
+
+    def walk(path: str, value: Any) -> None:
+        types.setdefault(path, set()).add(_type_name(value))
+        if isinstance(value, dict):
+            for key, child in value.items():
+                walk(f"{path}.{_key_name(key)}", child)
+        elif isinstance(value, list):
+            for child in value:
+                walk(f"{path}[]", child)
+
+    walk("$", parsed)
+    fingerprint, fields = _fingerprint(types)
+    return fingerprint, list(fields)

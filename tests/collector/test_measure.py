@@ -16,6 +16,7 @@ from collector.measure.measurement import (
     parse_ranges,
     schema_of,
 )
+from collector.measure.shape import schema_by_every_value
 from collector.measure.tokens import get_encoding
 from collector.model import ToolCall
 from tests.conftest import realworld
@@ -285,30 +286,10 @@ _JSON = st.recursive(
 )
 
 
-def _reference_schema(parsed: object) -> tuple[str, list[str]]:
-    """Every value visited, recursively: the walk schema_of shortcuts must give the same answer."""
-    from collector.measure.shape import _fingerprint, _key_name, _type_name
-
-    types: dict[str, set[str]] = {}
-
-    def walk(path: str, value: object) -> None:
-        types.setdefault(path, set()).add(_type_name(value))
-        if isinstance(value, dict):
-            for key, child in value.items():
-                walk(f"{path}.{_key_name(key)}", child)
-        elif isinstance(value, list):
-            for child in value:
-                walk(f"{path}[]", child)
-
-    walk("$", parsed)
-    fingerprint, fields = _fingerprint(types)
-    return fingerprint, list(fields)
-
-
 @given(_JSON)
 def test_the_fingerprint_walk_gives_what_visiting_every_value_gives(parsed: object) -> None:
     fingerprint, fields, complete = schema_of(parsed)
-    assert (fingerprint, fields) == _reference_schema(parsed) and complete
+    assert (fingerprint, fields) == schema_by_every_value(parsed) and complete
 
 
 def test_the_column_walk_gives_the_row_walk_answer_for_mixed_rows_and_subclasses() -> None:
@@ -323,7 +304,7 @@ def test_the_column_walk_gives_the_row_walk_answer_for_mixed_rows_and_subclasses
         "not a row",
     ]
     fingerprint, fields, complete = schema_of(rows)
-    assert (fingerprint, fields) == _reference_schema(rows) and complete
+    assert (fingerprint, fields) == schema_by_every_value(rows) and complete
     assert "$[].user.site.url:string" in fields and "$[].tags[].k:boolean" in fields
 
 
@@ -333,6 +314,6 @@ def test_a_walk_cut_at_the_node_limit_says_so(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(shape, "MAX_SCHEMA_NODES", 50)
     rows = [{"id": i, "name": "n", "nested": [{"a": i}]} for i in range(40)]
     _, fields, complete = shape.schema_of(rows)
-    assert not complete and set(fields) <= set(_reference_schema(rows)[1])
+    assert not complete and set(fields) <= set(schema_by_every_value(rows)[1])
     _, _, complete = shape.schema_of(rows[:5])
     assert complete

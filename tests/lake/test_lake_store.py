@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -148,15 +149,9 @@ def test_cli_and_dashboard_work_on_a_lake(
 def test_a_lake_made_by_an_earlier_version_gains_the_new_columns(
     lake_store: str, file_store: tuple[str, list[str]]
 ) -> None:
-    from collector.store import connection as S
-
     _, files = file_store
-    ingest_files(files[:1], CollectorConfig(db=lake_store))
-    con = S._lake_connect(lake_store, create=False)
-    con.execute("ALTER TABLE tool_calls DROP COLUMN origin")  # as a lake written before the column existed
-    con.close()
-    S._lake_schema_ready.clear()
-    L.close_all()
+    # as a lake written before the column existed
+    _as_an_earlier_version_left_it(lake_store, files, "ALTER TABLE tool_calls DROP COLUMN origin")
     ingest_files(files[1:2], CollectorConfig(db=lake_store))
     with read_connection(lake_store) as con:
         row = con.execute("SELECT count(*) FILTER (WHERE origin = 'span'), count(*) FROM tool_calls").fetchone()
@@ -288,18 +283,27 @@ def test_a_lake_names_views_from_names_that_came_in_another_batch(lake_store: st
 def test_payloads_stored_before_they_carried_a_start_are_dated_and_not_stored_twice(
     lake_store: str, file_store: tuple[str, list[str]]
 ) -> None:
-    from collector.store import connection as S
-
     _, files = file_store
-    ingest_files(files[:1], CollectorConfig(db=lake_store))
-    con = S._lake_connect(lake_store, create=False)
-    con.execute("UPDATE payloads SET start_ns = NULL")  # as a lake written before the column existed
-    stored = con.execute("SELECT count(*) FROM payloads").fetchone()
-    con.close()
-    S._lake_schema_ready.clear()
-    L.close_all()
+    # as a lake written before the column existed
+    stored = _as_an_earlier_version_left_it(lake_store, files, "UPDATE payloads SET start_ns = NULL",
+                                            "SELECT count(*) FROM payloads")  # fmt: skip
     again = ingest_files(files[:1], CollectorConfig(db=lake_store))  # a replay: every span is a repeat
     assert again.tool_calls == 0
     with read_connection(lake_store) as con:
         after = con.execute("SELECT count(*), count(*) FILTER (WHERE start_ns IS NULL) FROM payloads").fetchone()
     assert stored is not None and after == (stored[0], 0)
+
+
+def _as_an_earlier_version_left_it(lake_store: str, files: list[str], change: str, then: str | None = None) -> Any:
+    """Ingest the first file into the lake, then ``change`` it directly (as an earlier version
+    would have left it) and forget that its schema was checked; the row ``then`` selects, if any."""
+    from collector.store import connection as S
+
+    ingest_files(files[:1], CollectorConfig(db=lake_store))
+    con = S._lake_connect(lake_store, create=False)
+    con.execute(change)
+    row = con.execute(then).fetchone() if then else None
+    con.close()
+    S._lake_schema_ready.clear()
+    L.close_all()
+    return row
