@@ -67,7 +67,7 @@ from collector.store.connection import (
     rows_as_dicts,
     transaction,
 )
-from collector.store.schema import date_old_payloads, lake_schema_sql, schema_sql
+from collector.store.schema import create_or_upgrade, lake_schema_sql, schema_sql
 from collector.store.windowcost import TRACE_HORIZON_NS, recount_all_later_llm_calls
 
 # Names callers have always imported from here; they live in the modules above.
@@ -180,8 +180,7 @@ class Store:
             return
         con = connect(self.path, read_only=False, wait_s=self.lock_wait_s, stop=self.stop)
         try:
-            con.execute(schema_sql())
-            date_old_payloads(con)
+            create_or_upgrade(con)
         finally:
             con.close()
         self._schema_ready = True
@@ -237,8 +236,7 @@ class Store:
         ok = False
         try:
             if not self._schema_ready:
-                con.execute(schema_sql())
-                date_old_payloads(con)
+                create_or_upgrade(con)
                 self._schema_ready = True
             with transaction(con):
                 result = work(con)

@@ -115,7 +115,9 @@ def _delete_calls(con: duckdb.DuckDBPyConnection, calls: list[tuple[str, str]]) 
         con.execute(f"DELETE FROM {table} WHERE trace_id || ':' || span_id IN (SELECT unnest(?::VARCHAR[]))", [keys])
 
 
-def _insert_tool_rows(con: duckdb.DuckDBPyConnection, rows: pa.Table, keyed: frozenset[str], fresh: bool) -> int:
+def _insert_tool_rows(
+    con: duckdb.DuckDBPyConnection, rows: pa.Table, keyed: frozenset[str], fresh: bool, margin_ns: int
+) -> int:
     """Insert tool calls from ``tool_batch`` (left registered for the window-cost recount)."""
     con.register("tool_batch", rows)
     # a call derived from the messages gives way to the tool span of the same call id (none
@@ -135,7 +137,7 @@ def _insert_tool_rows(con: duckdb.DuckDBPyConnection, rows: pa.Table, keyed: fro
         if gone:
             _delete_calls(con, [(t, sp) for t, sp in gone])
     added = insert_new(con, "tool_calls", "tool_batch", ("trace_id", "span_id"), "tool_calls" in keyed, _TOOL_ROW,
-                       fresh=fresh, margin_ns=_margin(rows.column("dialect")), within=span)  # fmt: skip
+                       fresh=fresh, margin_ns=margin_ns, within=span)  # fmt: skip
     return added - min(_merge_nested(con, span), added) if span is not None else added
 
 
@@ -320,8 +322,10 @@ def insert_batch(
     tools = llms = 0
     registered: list[str] = []
     tool_table = batch.arrow("tool_calls")
+    # how far off a repeat of the batch's calls (and so of their payloads) may be stored
+    margin = _margin(tool_table.column("dialect")) if tool_table is not None else 0
     if tool_table is not None:
-        tools = _insert_tool_rows(con, tool_table, keyed, fresh)
+        tools = _insert_tool_rows(con, tool_table, keyed, fresh, margin)
         registered.append("tool_batch")
     if batch.llm_rows:
         llms = _insert_llm_rows(con, batch.llm_rows, keyed)
@@ -339,7 +343,6 @@ def insert_batch(
     if payload_table is not None:
         # only stored payloads near the batch's calls are looked at (see schema.date_old_payloads),
         # as far off as a repeat of the calls' own rows is
-        margin = _margin(tool_table.column("dialect")) if tool_table is not None else 0
         _insert_rows(con, "payloads", payload_table, ("trace_id", "span_id", "kind"), keyed, fresh, True, margin)
     if batch.message_rows:
         _insert_rows(con, "message_views", batch.message_rows, ("trace_id", "tool_call_id"), keyed)

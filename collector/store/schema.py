@@ -68,6 +68,13 @@ _DATE_PAYLOADS = """
     WHERE payloads.start_ns IS NULL AND t.trace_id = payloads.trace_id AND t.span_id = payloads.span_id"""
 
 
+def create_or_upgrade(con: duckdb.DuckDBPyConnection) -> None:
+    """Create a file store's missing tables and columns, then fill what a new column needs in the
+    rows stored before it (:func:`date_old_payloads`); cheap once done."""
+    con.execute(schema_sql())
+    date_old_payloads(con)
+
+
 def date_old_payloads(con: duckdb.DuckDBPyConnection) -> int:
     """Give the payload rows stored before they carried their call's start that start, from the
     call's row; returns how many were dated (none, after the first time).
