@@ -56,6 +56,8 @@ class Host:
     root: Path
     port: int = field(default_factory=_free_port)
     proc: subprocess.Popen[bytes] | None = None
+    refusals: list[str] = field(default_factory=list)
+    """What the receiver answered to each refused or failed attempt, for a failing test's message."""
 
     @property
     def log(self) -> Path:
@@ -101,14 +103,23 @@ class Host:
         for attempt in range(attempts):
             req = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/traces", data=body,
                                          headers={"Content-Type": "application/json"}, method="POST")  # fmt: skip
+            started = time.monotonic()
             try:
                 with urllib.request.urlopen(req, timeout=60) as resp:
                     if resp.status == 200:
                         return True
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
+                    self.refusals.append(f"HTTP {resp.status}")
+            except urllib.error.HTTPError as e:
+                self.refusals.append(f"HTTP {e.code} {e.read()[:200]!r}")
+            except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
+                self.refusals.append(f"{type(e).__name__} {e} after {time.monotonic() - started:.1f} s")
             time.sleep(0.5 * 2**attempt)
         return False
+
+    def refused(self, what: str) -> str:
+        """A failing assertion's message: what was refused, the answers, the end of the log."""
+        alive = "running" if self.proc is not None and self.proc.poll() is None else "exited"
+        return f"{what}; {self.name} {alive}, answered {self.refusals[-5:]}; log:\n{self.log.read_text()[-2000:]}"
 
 
 def _trace(host: int, n: int, words: int = 40) -> list[dict]:  # type: ignore[type-arg]
@@ -250,7 +261,7 @@ def test_catalog_restart_and_outage_mid_stream_lose_nothing(
                 # receivers spool locally and keep acknowledging while the catalog is away
                 body = json.dumps(doc).encode()
                 if not h.send(body) and _supervise(h):
-                    assert h.send(body), f"{h.name} refused batch {n} after a restart"
+                    assert h.send(body), h.refused(f"{h.name} refused batch {n} after a restart")
                 acked += _tool_ids(doc["resourceSpans"][0]["scopeSpans"][0]["spans"])
             if n == 20:
                 time.sleep(30)
@@ -303,7 +314,7 @@ def test_a_receiver_started_while_the_catalog_is_away_accepts_and_writes_once_it
         host.start()
         for n in range(3):
             doc = otlp(*_trace(0, n))
-            assert host.send(json.dumps(doc).encode()), f"batch {n} refused during the outage"
+            assert host.send(json.dumps(doc).encode()), host.refused(f"batch {n} refused during the outage")
             acked += _tool_ids(doc["resourceSpans"][0]["scopeSpans"][0]["spans"])
     finally:
         postgres.start()
@@ -330,7 +341,7 @@ def test_sigterm_during_an_outage_exits_promptly_and_the_next_start_writes_the_s
     try:
         for n in (1, 2):
             doc = otlp(*_trace(0, n))
-            assert host.send(json.dumps(doc).encode()), f"batch {n} refused during the outage"
+            assert host.send(json.dumps(doc).encode()), host.refused(f"batch {n} refused during the outage")
             acked += _tool_ids(doc["resourceSpans"][0]["scopeSpans"][0]["spans"])
         assert host.proc is not None
         started = time.monotonic()
