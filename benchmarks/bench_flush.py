@@ -17,15 +17,19 @@ Usage: ``python benchmarks/bench_flush.py [--batch 5000] [--calls 1000000]``
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
 import statistics
 import tempfile
 import time
+from typing import Any
 
 import duckdb
-from bench_receiver import requests_for
+from bench_receiver import START_NS, _kv, requests_for
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from collector.config import DATA_PATH_ENV, STATE_DIR_ENV, CollectorConfig
 from collector.measuring import items_of
@@ -34,17 +38,63 @@ from collector.store.batch import Batch
 from collector.store.lake import PREFIX, close_all
 from collector.store.schema import keyed_schema_sql
 
+TIMES = ("start_ns", "end_ns", "llm_start_ns", "asked_ns")
+"""The columns of a batch's rows that hold a time."""
+TOOLS_PER_TRACE = 5
+"""Tool calls of one agent run in ``--views`` batches."""
+
 
 def renamed(base: Batch, rng: random.Random, shift_ns: int) -> Batch:
     """``base`` with random trace ids of its own (a trace keeps its spans together), ``shift_ns`` later."""
     ids: dict[str, str] = {}
+
+    def moved(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = []
+        for row in rows:
+            row = dict(row, trace_id=ids.setdefault(row["trace_id"], f"{rng.getrandbits(128):032x}"))
+            for column in TIMES:
+                if row.get(column) is not None:
+                    row[column] += shift_ns
+            out.append(row)
+        return out
+
     batch = Batch()
-    batch.tool_rows = [dict(r, trace_id=ids.setdefault(r["trace_id"], f"{rng.getrandbits(128):032x}"),
-                            start_ns=r["start_ns"] + shift_ns, end_ns=r["end_ns"] + shift_ns)
-                       for r in base.tool_rows]  # fmt: skip
-    batch.payload_rows = [dict(r, trace_id=ids[r["trace_id"]], start_ns=r["start_ns"] + shift_ns)
-                          for r in base.payload_rows]  # fmt: skip
+    for table in ("tool_rows", "payload_rows", "llm_rows", "message_rows", "name_rows"):
+        setattr(batch, table, moved(getattr(base, table)))
     return batch
+
+
+def conversations(texts: list[str]) -> list[bytes]:
+    """OTLP requests of agent runs of :data:`TOOLS_PER_TRACE` tool calls, each followed by a model
+    call whose input carries every tool response of the run so far (a chat's history, as the
+    GenAI conventions' ``gen_ai.input.messages`` holds it): each view is repeated by every later
+    model call of its run."""
+    spans = []
+    for i, text in enumerate(texts):
+        run, turn = divmod(i, TOOLS_PER_TRACE)
+        trace_id = hashlib.blake2b(run.to_bytes(8, "big"), digest_size=16).digest()
+        start = START_NS + i * 2_000_000
+        tool_attrs = [_kv("gen_ai.operation.name", "execute_tool"), _kv("gen_ai.tool.name", "t"),
+                      _kv("gen_ai.tool.call.id", f"call_{turn}"), _kv("gen_ai.tool.call.result", text)]  # fmt: skip
+        spans.append(Span(trace_id=trace_id, span_id=(2 * i + 1).to_bytes(8, "big"), name="execute_tool t",
+                          start_time_unix_nano=start, end_time_unix_nano=start + 1, attributes=tool_attrs))  # fmt: skip
+        history = [{"role": "user", "parts": [{"type": "text", "content": "what was paid?"}]}]
+        for k in range(turn + 1):
+            history += [
+                {"role": "assistant", "parts": [{"type": "tool_call", "id": f"call_{k}", "name": "t", "arguments": {}}]},
+                {"role": "tool", "parts": [{"type": "tool_call_response", "id": f"call_{k}",
+                                            "response": texts[i - turn + k]}]},
+            ]  # fmt: skip
+        llm_attrs = [_kv("gen_ai.operation.name", "chat"), _kv("gen_ai.input.messages", json.dumps(history))]
+        spans.append(Span(trace_id=trace_id, span_id=(2 * i + 2).to_bytes(8, "big"), name="chat m",
+                          start_time_unix_nano=start + 2, end_time_unix_nano=start + 3, attributes=llm_attrs))  # fmt: skip
+    bodies = []
+    for at in range(0, len(spans), 200):
+        request = ExportTraceServiceRequest(
+            resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=spans[at : at + 200])])]
+        )
+        bodies.append(request.SerializeToString())
+    return bodies
 
 
 def _size(folder: str) -> int:
@@ -61,6 +111,9 @@ def main() -> None:
                         help="any of 'now', 'with keys' (a file as made before) and 'lake'")  # fmt: skip
     parser.add_argument("--every", type=float, default=600.0,
                         help="seconds of span time between writes (600: 5,000 calls every 10 minutes, ~720,000 a day)")  # fmt: skip
+    parser.add_argument("--views", action="store_true",
+                        help="runs of 5 tool calls, each followed by a model call whose input carries the run's "
+                             "tool responses so far: the views, and the joins between calls and views, are written too")  # fmt: skip
     args = parser.parse_args()
     texts = [json.dumps([{"id": i * 10 + k, "status": "paid", "amount": round(k * 3.7, 2), "region": "north"}
                          for k in range(14)]) for i in range(args.batch)]  # fmt: skip
@@ -78,7 +131,8 @@ def main() -> None:
                 with duckdb.connect(db) as con:
                     con.execute(keyed_schema_sql())
             pipeline = Pipeline(CollectorConfig(db=db))
-            items = [item for body in requests_for(texts, 100, offset=1) for item in items_of(1, body)]
+            bodies = conversations(texts) if args.views else requests_for(texts, 100, offset=1)
+            items = [item for body in bodies for item in items_of(1, body)]
             base = pipeline.build_batch(items)
             rng = random.Random(7)
             costs = []
@@ -90,7 +144,10 @@ def main() -> None:
             # three writes around each mark: one is noisy
             results[layout] = ([statistics.median(costs[max(n - 1, 0) : n + 2]) for n in marks], _size(tmp))
             close_all()
-    print(f"one write of {args.batch:,} small tool calls (random trace ids, {args.every:g} s of span time apart) "
+    views = (
+        f", each with a model call carrying the views of its run ({TOOLS_PER_TRACE} calls a run)" if args.views else ""
+    )
+    print(f"one write of {args.batch:,} small tool calls{views} (random trace ids, {args.every:g} s of span time apart) "
           "into one store, as it grows")  # fmt: skip
     head = "".join(f" {layout + ': us/span':>20} {'vs baseline':>12}" for layout in results)
     print(f"   {'calls stored before the write':>30}{head}")

@@ -305,18 +305,19 @@ class Store:
 
     def keyed(self, con: duckdb.DuckDBPyConnection) -> frozenset[str]:
         """The batch tables of this store that have a primary key: those of a file made before the
-        large tables lost theirs keep them (and skip stored rows by key) until it is rewritten."""
+        tables that grow with the calls lost theirs keep them (and skip stored rows by key) until
+        it is rewritten."""
         if self._keyed is None:
             rows = con.execute(
                 "SELECT DISTINCT table_name FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY' "
                 "AND database_name = current_database() AND schema_name = 'main'"
             ).fetchall()
             self._keyed = frozenset(r[0] for r in rows) & insertion.KEYED_TABLES
-            if self._keyed & {"tool_calls", "llm_calls", "payloads"}:
+            if self._keyed:
                 logger.warning(
-                    "toolmeter: %s was made with primary keys on its large tables: each write costs more the "
+                    "toolmeter: %s was made with primary keys on its large tables (%s): each write costs more the "
                     "more calls it holds. `toolmeter prune --db %s` (with no collector writing to it) rewrites "
-                    "it without them, keeping every row", self.path, self.path,
+                    "it without them, keeping every row", self.path, ", ".join(sorted(self._keyed)), self.path,
                 )  # fmt: skip
         return self._keyed
 

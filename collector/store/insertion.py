@@ -44,10 +44,16 @@ other batches look within their own time span only: at thousands of spans a seco
 either side would have every write read millions of stored keys."""
 
 
+def _since(column: str) -> str:
+    """``column`` at the lower bound ``{lo}`` (filled in at each write) or later; a row stored with no
+    time (by a version before it was kept) is looked at too."""
+    return f"({column} >= {{lo}} OR {column} IS NULL)"
+
+
 def insert_new(
     con: duckdb.DuckDBPyConnection, table: str, source: str, keys: tuple[str, ...], keyed: bool,
     select: str = "*", by_start: bool = False, fresh: bool = False, margin_ns: int = 0,
-    within: tuple[int, int] | None = None,
+    within: tuple[int, int] | None = None, time_column: str = "start_ns",
 ) -> int:  # fmt: skip
     """Insert the rows of ``source`` (a table, view or subquery) whose ``keys`` are not in ``table`` yet.
 
@@ -57,6 +63,7 @@ def insert_new(
     the other row groups, DuckLake the other files, by their min/max ``start_ns``: given as
     constants, which a subquery is not to the planner), widened by ``margin_ns`` either side, and
     drops repeats inside ``source``. ``within``: that span, when the caller knows it already.
+    ``time_column``: the column that span is of (``start_ns`` unless given).
 
     ``fresh`` (a keyed table only): the rows are taken to be new, and a key already stored
     raises ``duckdb.ConstraintException`` instead of being skipped (see :func:`insert_batch`).
@@ -67,10 +74,11 @@ def insert_new(
         return int(row[0]) if row else 0
     match = " AND ".join(f"t.{k} = s.{k}" for k in keys)
     if by_start and within is None:
-        low, high = con.execute(f"SELECT min(start_ns), max(start_ns) FROM {source}").fetchone() or (None, None)
+        span = con.execute(f"SELECT min({time_column}), max({time_column}) FROM {source}").fetchone()
+        low, high = span or (None, None)
         within = (int(low), int(high)) if low is not None and high is not None else None
     if within is not None:
-        match += f" AND t.start_ns BETWEEN {within[0] - margin_ns} AND {within[1] + margin_ns}"
+        match += f" AND t.{time_column} BETWEEN {within[0] - margin_ns} AND {within[1] + margin_ns}"
     row = con.execute(
         f"""INSERT INTO {table} BY NAME SELECT {select}
             FROM (SELECT DISTINCT ON ({", ".join(keys)}) * FROM {source}) AS s
@@ -79,9 +87,9 @@ def insert_new(
     return int(row[0]) if row else 0
 
 
-def start_span(rows: pa.Table) -> tuple[int, int] | None:
-    """The least and greatest ``start_ns`` of ``rows`` (None when it has none)."""
-    low, high = pc.min_max(rows.column("start_ns")).values()
+def start_span(rows: pa.Table, column: str = "start_ns") -> tuple[int, int] | None:
+    """The least and greatest ``start_ns`` (or ``column``) of ``rows`` (None when it has none)."""
+    low, high = pc.min_max(rows.column(column)).values()
     return (low.as_py(), high.as_py()) if low.is_valid and high.is_valid else None
 
 
@@ -97,13 +105,18 @@ def _register(con: duckdb.DuckDBPyConnection, name: str, rows: list[dict[str, An
 def _insert_rows(
     con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]] | pa.Table, keys: tuple[str, ...],
     keyed: frozenset[str], fresh: bool = False, by_start: bool = False, margin_ns: int = 0,
+    time_column: str = "start_ns",
 ) -> int:  # fmt: skip
+    """Insert ``rows`` not stored yet (see :func:`insert_new`); with ``by_start``, compared with the
+    stored rows near them in ``time_column`` only, when every row has a time (a row with none
+    could repeat a stored row of any time)."""
     name = f"{table}_batch"
     arrow = rows if isinstance(rows, pa.Table) else columns.table_of(rows, columns.TABLES[table])
+    within = start_span(arrow, time_column) if by_start and arrow.column(time_column).null_count == 0 else None
     con.register(name, arrow)
     try:
         return insert_new(con, table, name, keys, table in keyed, fresh=fresh, margin_ns=margin_ns,
-                          within=start_span(arrow) if by_start else None)  # fmt: skip
+                          within=within, time_column=time_column)  # fmt: skip
     finally:
         con.unregister(name)
 
@@ -184,8 +197,8 @@ def _merge_nested(con: duckdb.DuckDBPyConnection, span: tuple[int, int]) -> int:
     return len(drop)
 
 
-_LLM_PAIRS = """
-    WITH l AS (SELECT * FROM llm_calls WHERE trace_id IN (SELECT trace_id FROM llm_batch)),
+_LLM_PAIRS = f"""
+    WITH l AS (SELECT * FROM llm_calls WHERE {_since("start_ns")} AND trace_id IN (SELECT trace_id FROM llm_batch)),
     sib AS (SELECT i.trace_id, i.span_id AS inner_id, w.span_id AS outer_id,
                    count(*) OVER (PARTITION BY w.trace_id, w.span_id) AS inside
             FROM l i JOIN l w ON i.trace_id = w.trace_id AND i.span_id <> w.span_id
@@ -205,8 +218,9 @@ def _insert_llm_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]],
     """Insert LLM calls from ``llm_batch`` (left registered for the window-cost recount)."""
     table = columns.table_of(rows, columns.LLM_CALLS)
     con.register("llm_batch", table)
+    span = start_span(table)
     added = insert_new(con, "llm_calls", "llm_batch", ("trace_id", "span_id"), "llm_calls" in keyed, _WITH_START_TIME,
-                       margin_ns=_margin(table.column("dialect")), within=start_span(table))  # fmt: skip
+                       margin_ns=_margin(table.column("dialect")), within=span)  # fmt: skip
     # a model-call span around another one is one call: ADK's call_llm around generate_content
     # (its parent), an instrumentation's span around the Anthropic SDK's own (its parent, or, for
     # OpenLLMetry, which never makes its span current, a sibling inside it in time, the only one,
@@ -214,7 +228,8 @@ def _insert_llm_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]],
     # the agent's own are never merged without that). The inner one, which made the request,
     # is kept, with what only the outer one read (a response body's context-editing report,
     # cache figures in a spelling the inner one lacks)
-    pairs = con.execute(_LLM_PAIRS).fetchall()
+    lo = span[0] - TRACE_HORIZON_NS if span is not None else -(2**63)
+    pairs = con.execute(_LLM_PAIRS.format(lo=lo)).fetchall()
     if not pairs:  # the usual case: no statement more
         return added
     inner, outer = [f"{t}:{i}" for t, i, _ in pairs], [f"{t}:{o}" for t, _, o in pairs]
@@ -224,13 +239,13 @@ def _insert_llm_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]],
             FROM (SELECT p.inner_key, o.compacted, {", ".join(f"o.{c}" for c in _CARRIED)}
                   FROM (SELECT unnest(?::VARCHAR[]) AS inner_key, unnest(?::VARCHAR[]) AS outer_key) p
                   JOIN llm_calls o ON o.trace_id || ':' || o.span_id = p.outer_key
-                  WHERE o.trace_id IN (SELECT trace_id FROM llm_batch)) AS w
-            WHERE llm_calls.trace_id IN (SELECT trace_id FROM llm_batch)
+                  WHERE o.trace_id IN (SELECT trace_id FROM llm_batch) AND {_since("o.start_ns").format(lo=lo)}) AS w
+            WHERE llm_calls.trace_id IN (SELECT trace_id FROM llm_batch) AND {_since("llm_calls.start_ns").format(lo=lo)}
               AND llm_calls.trace_id || ':' || llm_calls.span_id = w.inner_key""",
         [inner, outer],
     )
     row = con.execute(
-        """DELETE FROM llm_calls WHERE trace_id IN (SELECT trace_id FROM llm_batch)
+        f"""DELETE FROM llm_calls WHERE trace_id IN (SELECT trace_id FROM llm_batch) AND {_since("start_ns").format(lo=lo)}
            AND trace_id || ':' || span_id IN (SELECT unnest(?::VARCHAR[]))""",
         [outer],
     ).fetchone()
@@ -264,36 +279,96 @@ def _record_counters(con: duckdb.DuckDBPyConnection, batch: Batch, lake: bool, w
     )
 
 
-_VIEWED_TRACES = "SELECT DISTINCT trace_id FROM message_views WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))"
-# the stored calls of the viewed traces still measured against their raw result whose view is
-# now stored; the payloads are looked up for the calls found, not joined to the table: a join let the
-# planner scan every stored payload (0.47 s a flush at 750,000 calls, growing with the store)
-_PENDING_JOINS = """
-    WITH c AS MATERIALIZED (
-        SELECT t.*, m.bytes AS message_bytes, m.tokens AS message_tokens, m.blob_id AS message_blob_id,
-               m.inline AS message_inline
-        FROM tool_calls t JOIN message_views m USING (trace_id, tool_call_id)
-        WHERE t.view_source = 'raw' AND t.trace_id IN (SELECT unnest(?::VARCHAR[]))
-          AND m.trace_id IN (SELECT unnest(?::VARCHAR[])))
-    SELECT c.*, p.inline AS raw_inline, p.blob_id AS raw_blob_id, p.cut AS raw_cut,
+# The joins below look at the rows of the batch's traces only, and a trace's rows lie within the
+# horizon of the batch's: each query is bounded below by the batch's earliest time less
+# TRACE_HORIZON_NS ({lo}, a constant, so DuckDB skips the older row groups by their min/max time).
+# Each join is found from key columns first, and the rows (payloads, views) are read for what was
+# found only, through a filter DuckDB evaluates in the scan (list_contains: an IN-subquery is a
+# join, so the scan reads every column of every row first). Joining the whole rows at once read
+# every stored payload and view at each write: ~70 us a call at 200,000 calls with their model
+# calls, growing with the store (benchmarks/bench_flush.py --views).
+
+
+_VIEWED_TRACES = f"""
+    SELECT DISTINCT trace_id FROM message_views
+    WHERE {_since("llm_start_ns")} AND trace_id IN (SELECT unnest(?::VARCHAR[]))"""
+_PENDING_KEYS = f"""
+    SELECT t.trace_id, t.span_id
+    FROM (SELECT trace_id, span_id, tool_call_id FROM tool_calls
+          WHERE {_since("start_ns")} AND view_source = 'raw' AND tool_call_id IS NOT NULL
+            AND trace_id IN (SELECT unnest($traces))) t
+    JOIN (SELECT trace_id, tool_call_id FROM message_views
+          WHERE {_since("llm_start_ns")} AND trace_id IN (SELECT unnest($traces))) m
+      USING (trace_id, tool_call_id)"""
+"""The stored calls of the viewed traces still measured against their raw result whose view is now stored."""
+_PENDING_JOINS = f"""
+    SELECT t.*, m.bytes AS message_bytes, m.tokens AS message_tokens, m.blob_id AS message_blob_id,
+           m.inline AS message_inline, p.inline AS raw_inline, p.blob_id AS raw_blob_id, p.cut AS raw_cut,
            p.head_bytes AS raw_head_bytes, p.tail_bytes AS raw_tail_bytes
-    FROM c LEFT JOIN (SELECT * FROM payloads WHERE kind = 'raw'
-                      AND trace_id IN (SELECT unnest(?::VARCHAR[]))) p
-      ON p.trace_id = c.trace_id AND p.span_id = c.span_id"""
-_IDLESS_CALLS = """
+    FROM (SELECT * FROM tool_calls WHERE {_since("start_ns")} AND list_contains($traces, trace_id)
+          AND list_contains($calls, trace_id || ':' || span_id)) t
+    JOIN (SELECT * FROM message_views WHERE {_since("llm_start_ns")} AND list_contains($traces, trace_id)) m
+      USING (trace_id, tool_call_id)
+    LEFT JOIN (SELECT * FROM payloads WHERE {_since("start_ns")} AND kind = 'raw' AND list_contains($traces, trace_id)) p
+      ON p.trace_id = t.trace_id AND p.span_id = t.span_id"""
+"""Those calls (:data:`_PENDING_KEYS`), with their view and their raw payload."""
+_IDLESS_CALLS = f"""
     SELECT t.*, p.inline AS raw_inline, p.blob_id AS raw_blob_id, p.cut AS raw_cut,
            p.head_bytes AS raw_head_bytes, p.tail_bytes AS raw_tail_bytes
-    FROM tool_calls t
-    LEFT JOIN payloads p ON p.trace_id = t.trace_id AND p.span_id = t.span_id AND p.kind = 'raw'
-    WHERE t.tool_call_id IS NULL AND t.view_source = 'raw'
-      AND t.trace_id IN (SELECT unnest(?::VARCHAR[]))"""
-_UNCLAIMED_VIEWS = """
+    FROM (SELECT * FROM tool_calls WHERE {_since("start_ns")} AND tool_call_id IS NULL AND view_source = 'raw'
+          AND list_contains($traces, trace_id)) t
+    LEFT JOIN (SELECT * FROM payloads WHERE {_since("start_ns")} AND kind = 'raw' AND list_contains($traces, trace_id)) p
+      ON p.trace_id = t.trace_id AND p.span_id = t.span_id"""
+_UNCLAIMED_KEYS = f"""
+    SELECT m.trace_id, m.tool_call_id FROM message_views m
+    WHERE {_since("m.llm_start_ns")} AND m.trace_id IN (SELECT unnest($traces))
+      AND NOT EXISTS (SELECT 1 FROM tool_calls t WHERE t.trace_id = m.trace_id AND t.tool_call_id = m.tool_call_id
+                      AND t.origin IS DISTINCT FROM 'messages' AND {_since("t.start_ns")}
+                      AND t.trace_id IN (SELECT unnest($traces)))"""
+"""The views of the viewed traces that no call claims (by its id)."""
+_UNCLAIMED_VIEWS = f"""
     SELECT m.*, (SELECT any_value(d.span_id) FROM tool_calls d WHERE d.trace_id = m.trace_id
-                   AND d.tool_call_id = m.tool_call_id AND d.origin = 'messages') AS derived_span_id
+                   AND d.tool_call_id = m.tool_call_id AND d.origin = 'messages' AND {_since("d.start_ns")}
+                   AND list_contains($traces, d.trace_id)) AS derived_span_id
     FROM message_views m
-    WHERE m.trace_id IN (SELECT unnest(?::VARCHAR[]))
-      AND NOT EXISTS (SELECT 1 FROM tool_calls t WHERE t.trace_id = m.trace_id
-                      AND t.tool_call_id = m.tool_call_id AND t.origin IS DISTINCT FROM 'messages')"""
+    WHERE {_since("m.llm_start_ns")} AND list_contains($traces, m.trace_id)
+      AND list_contains($views, m.trace_id || ':' || m.tool_call_id)"""
+"""Those views (:data:`_UNCLAIMED_KEYS`), with the call derived from each, if any."""
+
+
+def _joins(
+    con: duckdb.DuckDBPyConnection, written: WriteResult, join_traces: list[str], first_ns: int | None
+) -> WriteResult:
+    """``written`` with the joins the batch made possible (see :class:`WriteResult`); ``first_ns``:
+    the earliest time of the batch's rows (None: none has one, and no row is too old)."""
+    lo = first_ns - TRACE_HORIZON_NS if first_ns is not None else -(2**63)
+
+    def rows(query: str, params: dict[str, list[str]]) -> list[Any]:
+        return con.execute(query.format(lo=lo), params).fetchall()
+
+    # read in the same transaction as the write: the late joins see exactly what is stored;
+    # both start from a view of the message inputs, so traces without one need neither
+    viewed = [row[0] for row in con.execute(_VIEWED_TRACES.format(lo=lo), [join_traces]).fetchall()]
+    if not viewed:
+        return written
+    pending: list[dict[str, Any]] = []
+    calls = rows(_PENDING_KEYS, {"traces": viewed})
+    if calls:
+        traces = sorted({t for t, _ in calls})
+        keys = [f"{t}:{s}" for t, s in calls]
+        pending = rows_as_dicts(con.execute(_PENDING_JOINS.format(lo=lo), {"traces": traces, "calls": keys}))
+    unclaimed: list[dict[str, Any]] = []
+    idless: list[dict[str, Any]] = []
+    views = rows(_UNCLAIMED_KEYS, {"traces": viewed})
+    if views:
+        traces = sorted({t for t, _ in views})
+        keys = [f"{t}:{c}" for t, c in views]
+        unclaimed = rows_as_dicts(con.execute(_UNCLAIMED_VIEWS.format(lo=lo), {"traces": traces, "views": keys}))
+        # id-less calls are matched to the views no call claims, of their own trace only: read
+        # them for those traces (none, usually), not for every trace the batch touched
+        idless = rows_as_dicts(con.execute(_IDLESS_CALLS.format(lo=lo), {"traces": traces}))
+    return WriteResult(written.tool_calls, written.llm_calls, written.duplicates, pending_joins=pending,
+                       idless_calls=idless, unclaimed_views=unclaimed)  # fmt: skip
 
 
 def _invalidate_rollups(con: duckdb.DuckDBPyConnection, starts: Sequence[int | None]) -> None:
@@ -330,9 +405,9 @@ def insert_batch(
     if batch.llm_rows:
         llms = _insert_llm_rows(con, batch.llm_rows, keyed)
         registered.append("llm_batch")
+    starts = tool_table.column("start_ns").to_pylist() if tool_table is not None else []
+    starts += [r.get("start_ns") for r in batch.llm_rows]
     if registered:
-        starts = tool_table.column("start_ns").to_pylist() if tool_table is not None else []
-        starts += [r.get("start_ns") for r in batch.llm_rows]
         known = [int(s) for s in starts if s is not None]
         if known:
             update_later_llm_calls(con, registered, min(known))
@@ -344,10 +419,14 @@ def insert_batch(
         # only stored payloads near the batch's calls are looked at (see schema.date_old_payloads),
         # as far off as a repeat of the calls' own rows is
         _insert_rows(con, "payloads", payload_table, ("trace_id", "span_id", "kind"), keyed, fresh, True, margin)
+    # a view or a name is repeated by every later model call of its run: the stored one lies
+    # within the run's horizon of the batch's (DuckDB skips the other row groups by their time)
     if batch.message_rows:
-        _insert_rows(con, "message_views", batch.message_rows, ("trace_id", "tool_call_id"), keyed)
+        _insert_rows(con, "message_views", batch.message_rows, ("trace_id", "tool_call_id"), keyed, by_start=True,
+                     margin_ns=TRACE_HORIZON_NS, time_column="llm_start_ns")  # fmt: skip
     if batch.name_rows:
-        _insert_rows(con, "tool_call_names", batch.name_rows, ("trace_id", "tool_call_id"), keyed)
+        _insert_rows(con, "tool_call_names", batch.name_rows, ("trace_id", "tool_call_id"), keyed, by_start=True,
+                     margin_ns=TRACE_HORIZON_NS, time_column="asked_ns")  # fmt: skip
     naming.name_views(con, batch)
     if batch.issue_rows:
         _register(con, "issue_batch", batch.issue_rows, columns.INGEST_ISSUES)
@@ -357,23 +436,8 @@ def insert_batch(
     _record_counters(con, batch, lake, written)
     if not batch.join_traces:
         return written
-    # read in the same transaction as the write: the late join sees exactly what is stored;
-    # both joins start from a view of the message inputs, so traces without one need neither
-    viewed = [row[0] for row in con.execute(_VIEWED_TRACES, [batch.join_traces]).fetchall()]
-    if not viewed:
-        return written
-    unclaimed = rows_as_dicts(con.execute(_UNCLAIMED_VIEWS, [viewed]))
-    # id-less calls are matched to the views no call claims, of their own trace only: read
-    # them for those traces (none, usually), not for every trace the batch touched
-    claiming = sorted({v["trace_id"] for v in unclaimed})
-    return WriteResult(
-        written.tool_calls,
-        written.llm_calls,
-        written.duplicates,
-        pending_joins=rows_as_dicts(con.execute(_PENDING_JOINS, [viewed, viewed, viewed])),
-        idless_calls=rows_as_dicts(con.execute(_IDLESS_CALLS, [claiming])) if claiming else [],
-        unclaimed_views=unclaimed,
-    )
+    times = [t for t in (*starts, *(r.get("llm_start_ns") for r in batch.message_rows)) if t is not None]
+    return _joins(con, written, batch.join_traces, int(min(times)) if times else None)
 
 
 def replace_tool_rows(

@@ -390,7 +390,8 @@ def _compact(store: str, always: bool = False) -> bool:
 
 _LARGE_TABLE_KEYS = """
     SELECT count(*) FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY'
-      AND database_name = current_database() AND table_name IN ('tool_calls', 'llm_calls', 'payloads')"""
+      AND database_name = current_database()
+      AND table_name IN ('tool_calls', 'llm_calls', 'payloads', 'message_views', 'tool_call_names')"""
 
 
 def _record(store: str, summary: PruneSummary, now: datetime) -> None:

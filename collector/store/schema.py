@@ -13,11 +13,13 @@ def schema_sql() -> str:
     return importlib.resources.files("collector.store").joinpath("schema.sql").read_text(encoding="utf-8")
 
 
-_OLD_KEYS = {"tool_calls": "trace_id, span_id", "llm_calls": "trace_id, span_id", "payloads": "trace_id, span_id, kind"}
+_OLD_KEYS = {"tool_calls": "trace_id, span_id", "llm_calls": "trace_id, span_id", "payloads": "trace_id, span_id, kind",
+             "message_views": "trace_id, tool_call_id", "tool_call_names": "trace_id, tool_call_id"}  # fmt: skip
+"""The primary keys the tables that grow with the calls had before (see schema.sql)."""
 
 
 def keyed_schema_sql() -> str:
-    """The DDL of a file as made before its large tables lost their primary keys (such files
+    """The DDL of a file as made before its growing tables lost their primary keys (such files
     still work, through their keys, until ``toolmeter prune`` rewrites them): to make one."""
     sql = schema_sql()
     for table, key in _OLD_KEYS.items():  # a table constraint may come first in the list

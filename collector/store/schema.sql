@@ -2,12 +2,13 @@
 -- CLI (readers). Created on first use; every statement is idempotent.
 -- Times: *_ns are Unix nanoseconds as in OTLP; *_time the same instant as a UTC TIMESTAMP.
 
--- Keys: a tool call, model call or payload is identified by (trace_id, span_id[, kind]), and
--- a write skips the ones stored already by comparing with the stored rows near its own in
--- time (collector/store/insertion.py), not through a PRIMARY KEY: DuckDB rewrites a table's
--- whole key index at every checkpoint, so with random trace ids each write cost more the more
--- the store held, and the index took more room than the rows. Files made before this kept
--- their keys (and work as before) until `toolmeter prune --compact` rewrites them.
+-- Keys: a tool call, model call or payload is identified by (trace_id, span_id[, kind]), a
+-- message view or a tool name by (trace_id, tool_call_id), and a write skips the ones stored
+-- already by comparing with the stored rows near its own in time (collector/store/insertion.py),
+-- not through a PRIMARY KEY: DuckDB rewrites a table's whole key index at every checkpoint, so
+-- with random trace ids each write cost more the more the store held, and the index took more
+-- room than the rows. Files made before this kept their keys (and work as before) until
+-- `toolmeter prune --compact` rewrites them.
 
 -- One row per tool call.
 CREATE TABLE IF NOT EXISTS tool_calls (
@@ -165,8 +166,8 @@ CREATE TABLE IF NOT EXISTS receiver_progress (
     updated_at   TIMESTAMP
 );
 
--- Tool responses as LLM calls' input messages carried them (what the model was shown),
--- keyed by the tool call id; joined to tool_calls to give their view. See collector/messages.py.
+-- Tool responses as LLM calls' input messages carried them (what the model was shown), one
+-- per (trace, tool call id); joined to tool_calls to give their view. See collector/messages.py.
 CREATE TABLE IF NOT EXISTS message_views (
     trace_id      VARCHAR NOT NULL,
     tool_call_id  VARCHAR NOT NULL,
@@ -179,8 +180,7 @@ CREATE TABLE IF NOT EXISTS message_views (
     position      INTEGER,            -- order among the tool responses of that input
     llm_start_ns  BIGINT,             -- when the LLM call that carried it started
     service_name  VARCHAR,
-    dialect       VARCHAR,
-    PRIMARY KEY (trace_id, tool_call_id)
+    dialect       VARCHAR
 );
 ALTER TABLE message_views ADD COLUMN IF NOT EXISTS inline BLOB;
 ALTER TABLE message_views ADD COLUMN IF NOT EXISTS tool_name VARCHAR;
@@ -196,8 +196,7 @@ CREATE TABLE IF NOT EXISTS tool_call_names (
     trace_id      VARCHAR NOT NULL,
     tool_call_id  VARCHAR NOT NULL,
     tool_name     VARCHAR NOT NULL,
-    asked_ns      BIGINT,             -- when the model call whose messages named it started
-    PRIMARY KEY (trace_id, tool_call_id)
+    asked_ns      BIGINT              -- when the model call whose messages named it started
 );
 
 -- Batches committed to a DuckLake store, one row each, written in the batch's own

@@ -215,13 +215,14 @@ def test_prune_rewrites_a_file_made_with_keys_without_them_and_keeps_every_row(t
     def contents() -> tuple[object, ...]:
         with read_connection(db) as con:
             keys = con.execute("SELECT count(*) FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY' "
-                               "AND table_name IN ('tool_calls', 'llm_calls', 'payloads')").fetchone()  # fmt: skip
+                               "AND table_name IN ('tool_calls', 'llm_calls', 'payloads', 'message_views', "
+                               "'tool_call_names')").fetchone()  # fmt: skip
             counts = con.execute("SELECT (SELECT count(*) FROM tool_calls), (SELECT count(*) FROM llm_calls), "
                                  "(SELECT count(*) FROM payloads), (SELECT count(*) FROM message_views)").fetchone()  # fmt: skip
             return keys, counts, ranking(con)
 
     keys, counts, rank = contents()
-    assert keys == (3,) and counts[0] > 0  # type: ignore[index]
+    assert keys == (5,) and counts[0] > 0  # type: ignore[index]
     summary = prune(db, Retention(rows=None, payloads=None), compact=True)  # nothing to remove: only the rewrite
     assert summary.compacted
     assert contents() == ((0,), counts, rank)

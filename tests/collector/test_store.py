@@ -400,6 +400,48 @@ def test_a_batch_holding_stored_calls_is_written_again_skipping_them(
     assert all("toolmeter prune --db" in m for m in said)
 
 
+def _chat(span: int, hours: float, *calls: str) -> dict:  # type: ignore[type-arg]
+    """A model-call span whose input carries the responses to ``calls`` (a chat's history)."""
+    history = [{"role": "tool", "parts": [{"type": "tool_call_response", "id": c, "response": f"result of {c}"}]}
+               for c in calls]  # fmt: skip
+    start = 1_700_000_000_000_000_000 + int(hours * 3600e9)
+    return {"traceId": "cd" * 16, "spanId": f"{span:016x}", "name": "chat m", "startTimeUnixNano": str(start),
+            "endTimeUnixNano": str(start + 1000),
+            "attributes": [{"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+                           {"key": "gen_ai.input.messages", "value": {"stringValue": json.dumps(history)}}]}  # fmt: skip
+
+
+@pytest.mark.parametrize("made", ["now", "with keys"])
+def test_a_view_repeated_by_later_model_calls_is_stored_once(tmp_path: Path, made: str) -> None:
+    from collector.config import CollectorConfig
+    from collector.decode.request import JSON, decode_traces
+    from collector.dialects.spans import classify
+    from collector.model import Item
+    from collector.pipeline import Pipeline
+
+    db = str(tmp_path / "views.duckdb")
+    if made == "with keys":
+        keyed_file(db)
+    pipeline = Pipeline(CollectorConfig(db=db))
+
+    def write(*spans: dict) -> None:  # type: ignore[type-arg]
+        body = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": list(spans)}]}]}).encode()
+        decoded = decode_traces(body, JSON, "otlp").spans
+        pipeline.write(pipeline.build_batch([Item(classify(s.name, s.attributes), s) for s in decoded]))
+
+    # every later model call of a run repeats the tool responses before it, in later batches, and
+    # up to a day later (an agent waiting on a person): each view is stored once, by its first carrier
+    write(_chat(1, 0, "c1"))
+    write(_chat(2, 0.5, "c1", "c2"))
+    write(_chat(3, 20, "c1", "c2", "c3"), _chat(4, 21, "c1", "c2", "c3"))
+    with read_connection(db) as con:
+        views = con.execute("SELECT tool_call_id, llm_span_id FROM message_views ORDER BY 1").fetchall()
+        keys = con.execute("SELECT count(*) FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY' "
+                           "AND table_name IN ('message_views', 'tool_call_names')").fetchone()  # fmt: skip
+    assert views == [("c1", f"{1:016x}"), ("c2", f"{2:016x}"), ("c3", f"{3:016x}")]
+    assert keys == ((2,) if made == "with keys" else (0,))  # a file made now has no key index to rewrite
+
+
 def test_payloads_stored_before_they_carried_a_start_are_dated_and_not_stored_twice(tmp_path: Path) -> None:
     from collector.config import CollectorConfig
     from collector.decode.request import JSON, decode_traces
