@@ -17,7 +17,6 @@ Usage: ``python benchmarks/bench_flush.py [--batch 5000] [--calls 1000000]``
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import random
@@ -27,9 +26,7 @@ import time
 from typing import Any
 
 import duckdb
-from bench_receiver import START_NS, _kv, requests_for
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+from bench_receiver import TOOLS_PER_TRACE, conversations, requests_for
 
 from collector.config import DATA_PATH_ENV, STATE_DIR_ENV, CollectorConfig
 from collector.measuring import items_of
@@ -40,8 +37,6 @@ from collector.store.schema import keyed_schema_sql
 
 TIMES = ("start_ns", "end_ns", "llm_start_ns", "asked_ns")
 """The columns of a batch's rows that hold a time."""
-TOOLS_PER_TRACE = 5
-"""Tool calls of one agent run in ``--views`` batches."""
 
 
 def renamed(base: Batch, rng: random.Random, shift_ns: int) -> Batch:
@@ -62,39 +57,6 @@ def renamed(base: Batch, rng: random.Random, shift_ns: int) -> Batch:
     for table in ("tool_rows", "payload_rows", "llm_rows", "message_rows", "name_rows"):
         setattr(batch, table, moved(getattr(base, table)))
     return batch
-
-
-def conversations(texts: list[str]) -> list[bytes]:
-    """OTLP requests of agent runs of :data:`TOOLS_PER_TRACE` tool calls, each followed by a model
-    call whose input carries every tool response of the run so far (a chat's history, as the
-    GenAI conventions' ``gen_ai.input.messages`` holds it): each view is repeated by every later
-    model call of its run."""
-    spans = []
-    for i, text in enumerate(texts):
-        run, turn = divmod(i, TOOLS_PER_TRACE)
-        trace_id = hashlib.blake2b(run.to_bytes(8, "big"), digest_size=16).digest()
-        start = START_NS + i * 2_000_000
-        tool_attrs = [_kv("gen_ai.operation.name", "execute_tool"), _kv("gen_ai.tool.name", "t"),
-                      _kv("gen_ai.tool.call.id", f"call_{turn}"), _kv("gen_ai.tool.call.result", text)]  # fmt: skip
-        spans.append(Span(trace_id=trace_id, span_id=(2 * i + 1).to_bytes(8, "big"), name="execute_tool t",
-                          start_time_unix_nano=start, end_time_unix_nano=start + 1, attributes=tool_attrs))  # fmt: skip
-        history = [{"role": "user", "parts": [{"type": "text", "content": "what was paid?"}]}]
-        for k in range(turn + 1):
-            history += [
-                {"role": "assistant", "parts": [{"type": "tool_call", "id": f"call_{k}", "name": "t", "arguments": {}}]},
-                {"role": "tool", "parts": [{"type": "tool_call_response", "id": f"call_{k}",
-                                            "response": texts[i - turn + k]}]},
-            ]  # fmt: skip
-        llm_attrs = [_kv("gen_ai.operation.name", "chat"), _kv("gen_ai.input.messages", json.dumps(history))]
-        spans.append(Span(trace_id=trace_id, span_id=(2 * i + 2).to_bytes(8, "big"), name="chat m",
-                          start_time_unix_nano=start + 2, end_time_unix_nano=start + 3, attributes=llm_attrs))  # fmt: skip
-    bodies = []
-    for at in range(0, len(spans), 200):
-        request = ExportTraceServiceRequest(
-            resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=spans[at : at + 200])])]
-        )
-        bodies.append(request.SerializeToString())
-    return bodies
 
 
 def _size(folder: str) -> int:
@@ -131,7 +93,7 @@ def main() -> None:
                 with duckdb.connect(db) as con:
                     con.execute(keyed_schema_sql())
             pipeline = Pipeline(CollectorConfig(db=db))
-            bodies = conversations(texts) if args.views else requests_for(texts, 100, offset=1)
+            bodies = conversations(texts, 100, offset=1) if args.views else requests_for(texts, 100, offset=1)
             items = [item for body in bodies for item in items_of(1, body)]
             base = pipeline.build_batch(items)
             rng = random.Random(7)

@@ -10,7 +10,11 @@ protobuf requests of tool spans from this process, and reports:
 Two workloads: small results (about 1 KB of JSON rows each) and large ones (the real
 payloads in ../shared/realworld).
 
-Usage: ``python benchmarks/bench_receiver.py [--small N] [--large-repeat R]``
+With ``--views`` each tool span is followed by a model span whose input carries the tool
+responses of its run so far, as an instrumented agent's are: the receiver also stores the model
+calls and the views and joins them to the calls.
+
+Usage: ``python benchmarks/bench_receiver.py [--small N] [--large-repeat R] [--views]``
 """
 
 from __future__ import annotations
@@ -67,6 +71,43 @@ def requests_for(texts: list[str], per_request: int, offset: int) -> list[bytes]
     return bodies
 
 
+TOOLS_PER_TRACE = 5
+"""Tool calls of one agent run in :func:`conversations`."""
+
+
+def conversations(texts: list[str], per_request: int, offset: int) -> list[bytes]:
+    """Requests of agent runs of :data:`TOOLS_PER_TRACE` tool calls (``per_request`` calls a
+    request), each call followed by a model call whose input carries every tool response of the
+    run so far (a chat's history, as the GenAI conventions' ``gen_ai.input.messages`` holds it):
+    each view is repeated by every later model call of its run."""
+    spans = []
+    for i, text in enumerate(texts, start=offset):
+        run, turn = divmod(i, TOOLS_PER_TRACE)
+        trace_id = hashlib.blake2b(run.to_bytes(8, "big"), digest_size=16).digest()
+        start = START_NS + i * 2_000_000
+        tool_attrs = [_kv("gen_ai.operation.name", "execute_tool"), _kv("gen_ai.tool.name", "t"),
+                      _kv("gen_ai.tool.call.id", f"call_{turn}"), _kv("gen_ai.tool.call.result", text)]  # fmt: skip
+        spans.append(Span(trace_id=trace_id, span_id=(2 * i + 1).to_bytes(8, "big"), name="execute_tool t",
+                          start_time_unix_nano=start, end_time_unix_nano=start + 1, attributes=tool_attrs))  # fmt: skip
+        history = [{"role": "user", "parts": [{"type": "text", "content": "what was paid?"}]}]
+        for k in range(turn + 1):
+            earlier = texts[i - offset - turn + k] if i - offset - turn + k >= 0 else text
+            history += [
+                {"role": "assistant", "parts": [{"type": "tool_call", "id": f"call_{k}", "name": "t", "arguments": {}}]},
+                {"role": "tool", "parts": [{"type": "tool_call_response", "id": f"call_{k}", "response": earlier}]},
+            ]  # fmt: skip
+        llm_attrs = [_kv("gen_ai.operation.name", "chat"), _kv("gen_ai.input.messages", json.dumps(history))]
+        spans.append(Span(trace_id=trace_id, span_id=(2 * i + 2).to_bytes(8, "big"), name="chat m",
+                          start_time_unix_nano=start + 2, end_time_unix_nano=start + 3, attributes=llm_attrs))  # fmt: skip
+    bodies = []
+    for at in range(0, len(spans), 2 * per_request):
+        request = ExportTraceServiceRequest(
+            resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=spans[at : at + 2 * per_request])])]
+        )
+        bodies.append(request.SerializeToString())
+    return bodies
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -111,7 +152,7 @@ def _wait_stored(db: str, rows: int) -> None:
         time.sleep(0.05)
 
 
-def run(texts: list[str], label: str) -> None:
+def run(texts: list[str], label: str, views: bool = False) -> None:
     total_mb = sum(len(t.encode()) for t in texts) / 1e6
     enc = get_encoding()
     t0 = time.perf_counter()
@@ -146,13 +187,14 @@ def run(texts: list[str], label: str) -> None:
             except OSError:
                 time.sleep(0.1)
         per_request = SPANS_PER_REQUEST if total_mb / len(texts) < 0.01 else 5
+        requests = conversations if views else requests_for
         # warm up first, untimed: a receiver runs for days, and its first second (starting its
         # measuring processes, loading the counter) is not its rate
         warm = [t + "\n" for t in texts[: max(len(texts) // 10, per_request * 8)]]  # not the timed ones
         with ThreadPoolExecutor(4) as pool:
-            list(pool.map(lambda b: _post(url, b), requests_for(warm, per_request, offset=10_000_000)))
+            list(pool.map(lambda b: _post(url, b), requests(warm, per_request, offset=10_000_000)))
         _wait_stored(db, len(warm))
-        bodies = requests_for(texts, per_request, offset=1)
+        bodies = requests(texts, per_request, offset=1)
         cpu0 = _cpu(server.pid)
         t0 = time.perf_counter()
         with ThreadPoolExecutor(4) as pool:
@@ -169,7 +211,10 @@ def run(texts: list[str], label: str) -> None:
     for line in warnings[:5]:  # a measuring process that broke would make the figures a lie
         print(f"   serve said: {line}")
     n = len(texts)
-    print(f"\n{label}: {n:,} tool spans, {total_mb:.1f} MB of results")
+    runs = (
+        f", each followed by a model span carrying its run's tool responses ({TOOLS_PER_TRACE} a run)" if views else ""
+    )
+    print(f"\n{label}: {n:,} tool spans{runs}, {total_mb:.1f} MB of results")
     print(f"   {'':<44} {'spans/s':>9} {'MB/s':>7} {'vs tiktoken 1 core':>19}")
     tik_mbs = total_mb / tik_s
     for name, sec in (("tiktoken encode_ordinary, 1 core (baseline)", tik_s),
@@ -189,11 +234,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--small", type=int, default=20_000, help="small tool spans to send")
     parser.add_argument("--large-repeat", type=int, default=4, help="passes over the real payloads")
+    parser.add_argument("--views", action="store_true",
+                        help="agent runs: each tool span followed by a model span whose input carries the run's "
+                             "tool responses so far (views stored and joined too; rates count the tool spans)")  # fmt: skip
     args = parser.parse_args()
     small = [json.dumps([{"id": i * 10 + k, "status": "paid", "amount": round(k * 3.7, 2), "region": "north"}
                          for k in range(14)]) for i in range(args.small)]  # fmt: skip
     if small:
-        run(small, "small results (~1 KB)")
+        run(small, "small results (~1 KB)", args.views)
     large = []
     for path in sorted(REALWORLD.glob("*")):
         data = path.read_bytes()
@@ -203,7 +251,11 @@ def main() -> None:
     if large and args.large_repeat:
         # each pass's copies differ by trailing spaces: a receiver sees new results, and the
         # payload store keeps one file per distinct payload (repeats would cost it nothing)
-        run([text + " " * r for r in range(args.large_repeat) for text in large], "large results (real payloads)")
+        run(
+            [text + " " * r for r in range(args.large_repeat) for text in large],
+            "large results (real payloads)",
+            args.views,
+        )
 
 
 if __name__ == "__main__":

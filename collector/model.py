@@ -11,7 +11,7 @@ convention rather than frozen: a frozen dataclass costs a span several microseco
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any, NamedTuple
 
@@ -117,6 +117,15 @@ class LlmCall:
     """The conversation before this call was replaced by a summary (said by the span)."""
     compaction_parts: int | None = None
     """Compaction parts in this call's input messages (None: its input was not recorded)."""
+
+    def row(self) -> dict[str, Any]:
+        """The call as a row of ``llm_calls``: its fields by name. Every field is a plain value, so
+        this is what ``dataclasses.asdict`` gives, without the deep copy of each value it makes
+        (most of the cost of recording a model call)."""
+        return {name: getattr(self, name) for name in _LLM_FIELDS}
+
+
+_LLM_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(LlmCall))
 
 
 @dataclass(frozen=True)

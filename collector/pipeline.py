@@ -103,7 +103,7 @@ class Pipeline:
                 elif item.kind == LLM:
                     llm, found = extract_llm_call(item.span)
                     issues += found
-                    batch.llm_rows.append(asdict(llm))
+                    batch.llm_rows.append(llm.row())
                 elif item.kind == LOG and not is_message_event(item.span):  # type: ignore[arg-type]
                     self._log_item(item, batch, issues)
             except Exception as e:  # one bad span must not cost the batch
@@ -217,12 +217,18 @@ class Pipeline:
         # a tool's response and the assistant message naming it can arrive in different batches
         asked: dict[tuple[str, str], tuple[str, int]] = {}
         untraced = 0
+        # call ids of each trace read already: a later model call of a run repeats its responses,
+        # and only the first carrier of each is kept (below), so the others' texts are not made
+        read: dict[str, set[str]] = {}
         for item in items:
             if item.kind == LLM:
                 sp = item.span
                 names: dict[str, str] = {}
+                known = read.setdefault(sp.trace_id, set())
+                responses = tool_responses(sp.attributes, sp.events, names, known)
+                known.update(r.call_id for r in responses)
                 found += [(r, SpanLike(sp.trace_id, sp.span_id, sp.start_ns, sp.resource, sp.attributes))
-                          for r in tool_responses(sp.attributes, sp.events, names)]  # fmt: skip
+                          for r in responses]  # fmt: skip
                 asked.update(((sp.trace_id, cid), (name, sp.start_ns)) for cid, name in names.items())
             elif item.kind == LOG and is_message_event(item.span):  # type: ignore[arg-type]
                 log: Any = item.span
@@ -289,7 +295,7 @@ class Pipeline:
         llm, found = claude_code.llm_call_from_log_with_issues(log)  # type: ignore[arg-type]
         issues += found
         if llm is not None:
-            batch.llm_rows.append(asdict(llm))
+            batch.llm_rows.append(llm.row())
 
     def refresh_rollups(self, force: bool = True) -> None:
         """Roll the days that closed (at most every :data:`ROLLUP_EVERY_S` unless ``force``), on

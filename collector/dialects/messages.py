@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from collector.measure import json_value
@@ -71,7 +72,8 @@ class _Conversation:
 
     names: dict[str, str]
     pending: list[str]
-    responses: list[tuple[str | None, str | None, str]]
+    responses: list[tuple[str | None, str | None, str | Callable[[], str]]]
+    """(call id, name, text): the text, or how to make it (only for responses that are kept)."""
 
     def call(self, call_id: Any, name: Any) -> None:
         if call_id in (None, ""):
@@ -81,7 +83,12 @@ class _Conversation:
             self.names[cid] = _call_id(name)
         self.pending.append(cid)
 
-    def response(self, call_id: Any, name: Any, text: str) -> None:
+    def text(self, index: int) -> str:
+        """The text of the ``index``-th response."""
+        text = self.responses[index][2]
+        return text if isinstance(text, str) else text()
+
+    def response(self, call_id: Any, name: Any, text: str | Callable[[], str]) -> None:
         cid = _call_id(call_id) if call_id not in (None, "") else None
         if cid is None and self.pending:
             cid = self.pending[0]  # the next call still waiting for its result
@@ -114,8 +121,17 @@ def _maybe_json(value: Any) -> Any:
 
 
 def _response_text(value: Any) -> str:
-    """The text of a tool response value: strings as they are, content blocks joined, else JSON."""
-    value = _maybe_json(value) if isinstance(value, str) and value[:2] in ("[{", '{"') else value
+    """The text of a tool response value: content blocks joined (also when JSON-encoded in a
+    string), the AI SDK's typed output's value, any other string as it is (a tool's JSON result
+    is the very text the model read: its bytes and tokens are measured, not a re-encoding's),
+    else JSON."""
+    given = value
+    if isinstance(value, str):
+        # content blocks and typed outputs have a "type", "text" or "json" key: a JSON result
+        # without one is the text itself, and is not parsed to find out
+        if value[:2] not in ("[{", '{"') or ('"type"' not in value and '"json"' not in value and '"text"' not in value):
+            return value
+        value = _maybe_json(value)
     if isinstance(value, list) and value and all(isinstance(b, Mapping) for b in value):
         texts = []
         for block in value:
@@ -124,13 +140,13 @@ def _response_text(value: Any) -> str:
             elif "json" in block and len(block) == 1:
                 texts.append(_text(block["json"]))
             else:
-                return _text(value)
+                return _text(given)
         return "\n".join(texts)
     if isinstance(value, Mapping) and value.get("type") in ("text", "error-text") and "value" in value:
         return _text(value["value"])  # the AI SDK's output
     if isinstance(value, Mapping) and value.get("type") in ("json", "error-json") and "value" in value:
         return json.dumps(value["value"], ensure_ascii=False, separators=(",", ":"))
-    return _text(value)
+    return _text(given)
 
 
 def _blocks(conv: _Conversation, role: str | None, blocks: Iterable[Any]) -> list[str]:
@@ -143,25 +159,27 @@ def _blocks(conv: _Conversation, role: str | None, blocks: Iterable[Any]) -> lis
         if not isinstance(b, Mapping):
             continue
         kind = b.get("type")
+        # a response's text is made only if it is kept: every later model call of a run repeats it
         if kind == "tool_call_response":
-            conv.response(b.get("id"), b.get("name"), _response_text(b.get("response", b.get("result", ""))))
+            conv.response(b.get("id"), b.get("name"), partial(_response_text, b.get("response", b.get("result", ""))))
         elif kind == "tool_call":
             conv.call(b.get("id"), b.get("name"))
         elif kind == "tool-result":
-            conv.response(b.get("toolCallId"), b.get("toolName"), _response_text(b.get("output", b.get("result"))))
+            conv.response(b.get("toolCallId"), b.get("toolName"),
+                          partial(_response_text, b.get("output", b.get("result"))))  # fmt: skip
         elif kind == "tool-call":
             conv.call(b.get("toolCallId"), b.get("toolName"))
         elif kind == "tool_result":
-            conv.response(b.get("tool_use_id"), None, _response_text(b.get("content", "")))
+            conv.response(b.get("tool_use_id"), None, partial(_response_text, b.get("content", "")))
         elif kind == "tool_use":
             conv.call(b.get("id"), b.get("name"))
         elif isinstance(b.get("toolResult"), Mapping):
             r = b["toolResult"]
-            conv.response(r.get("toolUseId"), None, _response_text(r.get("content", "")))
+            conv.response(r.get("toolUseId"), None, partial(_response_text, r.get("content", "")))
         elif isinstance(b.get("toolUse"), Mapping):
             conv.call(b["toolUse"].get("toolUseId"), b["toolUse"].get("name"))
         elif isinstance(fr := b.get("function_response", b.get("functionResponse")), Mapping):
-            conv.response(fr.get("id"), fr.get("name"), _text(fr.get("response", "")))
+            conv.response(fr.get("id"), fr.get("name"), partial(_text, fr.get("response", "")))
         elif isinstance(fc := b.get("function_call", b.get("functionCall")), Mapping):
             conv.call(fc.get("id"), fc.get("name"))
         elif isinstance(b.get("text"), str) and kind in (None, "text"):
@@ -280,8 +298,11 @@ def read_output(conv: _Conversation, value: Any) -> None:
     _messages(conv, value)
 
 
-def _unique(conv: _Conversation, names: dict[str, str] | None) -> list[ToolResponse]:
-    """The conversation's responses, once per call id; ``names`` gets the names it asked for."""
+def _unique(
+    conv: _Conversation, names: dict[str, str] | None, known: set[str] | frozenset[str] = frozenset()
+) -> list[ToolResponse]:
+    """The conversation's responses, once per call id; ``names`` gets the names it asked for.
+    Those of ``known`` call ids are left out (their text is not made), keeping the others' positions."""
     if names is not None:
         names.update(conv.names)
     seen: set[str] = set()
@@ -289,8 +310,12 @@ def _unique(conv: _Conversation, names: dict[str, str] | None) -> list[ToolRespo
     for call_id, name, text in conv.responses:
         if call_id is None or call_id in seen:  # the first time the model saw it
             continue
+        position = len(seen)
         seen.add(call_id)
-        out.append(ToolResponse(call_id, name or conv.names.get(call_id), text, len(out)))
+        if call_id in known:
+            continue
+        out.append(ToolResponse(call_id, name or conv.names.get(call_id), text if isinstance(text, str) else text(),
+                                position))  # fmt: skip
     return out
 
 
@@ -300,12 +325,14 @@ def new_conversation() -> _Conversation:
 
 def tool_responses(
     attrs: Mapping[str, Any], events: Iterable[tuple[str, Mapping[str, Any], Any]] = (),
-    names: dict[str, str] | None = None,
+    names: dict[str, str] | None = None, known: set[str] | frozenset[str] = frozenset(),
 ) -> list[ToolResponse]:  # fmt: skip
     """Each tool response in an LLM call's input (attributes first, then its events), once per call id.
 
     ``names``, when given, gets the name of every tool call the input's messages asked for, by
-    call id (responses that arrive elsewhere can be named from it).
+    call id (responses that arrive elsewhere can be named from it). Responses to the ``known``
+    call ids (read already from an earlier call of the same run) are left out, and their text
+    is not made: each model call repeats the run's responses so far.
     """
     conv = new_conversation()
     if attrs.get(GEN_AI_INPUT_MESSAGES) is not None:
@@ -320,7 +347,7 @@ def tool_responses(
                     break
     if not conv.responses:
         read_events(conv, events)
-    return _unique(conv, names)
+    return _unique(conv, names, known)
 
 
 def responses_from_logs(

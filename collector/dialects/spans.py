@@ -72,7 +72,7 @@ def _result_event(events: tuple[tuple[str, Mapping[str, Any], Any], ...]) -> tup
             conv = new_conversation()
             read_output(conv, attrs["gen_ai.output.messages"])
             if conv.responses:
-                return "gen_ai.output.messages", conv.responses[0][2]
+                return "gen_ai.output.messages", conv.text(0)
     return None, None
 
 

@@ -126,3 +126,40 @@ def test_a_late_joined_view_is_redacted_and_raw_counts_stay_those_of_the_origina
         view = load_payload(con, db_path, trace_id, span_id, "view")
     assert view_source == "message" and raw_tokens == counter.count(raw).tokens
     assert view is not None and secret.encode() not in view.head and b"REDACTED" in view.head
+
+
+def test_a_json_result_in_a_message_is_the_very_text_the_model_read(provider_with, db_path: str) -> None:  # type: ignore[no-untyped-def]
+    # a tool's compact JSON, passed to the model as it is: the view is those bytes, not a re-encoding
+    # (which spaced it out, counted 40 % more tokens and called the call "rewritten")
+    raw = json.dumps([{"id": i, "status": "paid", "note": "x" * 20} for i in range(30)], separators=(",", ":"))
+    assert pairs({"gen_ai.input.messages": gen_ai_messages("c1", raw)}) == [("c1", raw)]
+    blocks = json.dumps([{"type": "text", "text": "line one"}, {"type": "text", "text": "line two"}])
+    assert pairs({"gen_ai.input.messages": gen_ai_messages("c2", blocks)}) == [("c2", "line one\nline two")]
+    provider, processor = provider_with(flush_interval=3600)
+    tracer = provider.get_tracer("agent")
+    with tracer.start_as_current_span("invoke_agent"):
+        tool_attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_orders",
+                      "gen_ai.tool.call.id": "c1", "gen_ai.tool.call.result": raw}  # fmt: skip
+        with tracer.start_as_current_span("execute_tool search_orders", attributes=tool_attrs):
+            pass
+        llm_attrs = {"gen_ai.operation.name": "chat", "gen_ai.input.messages": gen_ai_messages("c1", raw)}
+        with tracer.start_as_current_span("chat gpt-4o", attributes=llm_attrs):
+            pass
+    assert processor.force_flush()
+    with read_connection(db_path) as con:
+        row = con.execute(
+            "SELECT view_source, raw_bytes = view_bytes, raw_tokens = view_tokens, truncated FROM tool_calls"
+        ).fetchone()
+    assert row == ("message", True, True, False)
+
+
+def test_a_response_repeated_by_later_model_calls_is_read_from_its_first_carrier() -> None:
+    history = [
+        {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1", "response": "first"}]},
+        {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c2", "response": "second"}]},
+    ]
+    attrs = {"gen_ai.input.messages": json.dumps(history)}
+    everything = tool_responses(attrs)
+    assert [(r.call_id, r.text, r.position) for r in everything] == [("c1", "first", 0), ("c2", "second", 1)]
+    # c1 was read from an earlier call of the run: left out, and c2 keeps its place in this input
+    assert [(r.call_id, r.text, r.position) for r in tool_responses(attrs, known={"c1"})] == [("c2", "second", 1)]
