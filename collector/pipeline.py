@@ -217,18 +217,13 @@ class Pipeline:
         # a tool's response and the assistant message naming it can arrive in different batches
         asked: dict[tuple[str, str], tuple[str, int]] = {}
         untraced = 0
-        # call ids of each trace read already: a later model call of a run repeats its responses,
-        # and only the first carrier of each is kept (below), so the others' texts are not made
-        read: dict[str, set[str]] = {}
+        read: dict[str, set[str]] = {}  # each trace's call ids read already: the first carrier is kept
         for item in items:
             if item.kind == LLM:
                 sp = item.span
                 names: dict[str, str] = {}
-                known = read.setdefault(sp.trace_id, set())
-                responses = tool_responses(sp.attributes, sp.events, names, known)
-                known.update(r.call_id for r in responses)
                 found += [(r, SpanLike(sp.trace_id, sp.span_id, sp.start_ns, sp.resource, sp.attributes))
-                          for r in responses]  # fmt: skip
+                          for r in tool_responses(sp.attributes, sp.events, names, read.setdefault(sp.trace_id, set()))]  # fmt: skip
                 asked.update(((sp.trace_id, cid), (name, sp.start_ns)) for cid, name in names.items())
             elif item.kind == LOG and is_message_event(item.span):  # type: ignore[arg-type]
                 log: Any = item.span

@@ -298,11 +298,10 @@ def read_output(conv: _Conversation, value: Any) -> None:
     _messages(conv, value)
 
 
-def _unique(
-    conv: _Conversation, names: dict[str, str] | None, known: set[str] | frozenset[str] = frozenset()
-) -> list[ToolResponse]:
+def _unique(conv: _Conversation, names: dict[str, str] | None, known: set[str] | None = None) -> list[ToolResponse]:
     """The conversation's responses, once per call id; ``names`` gets the names it asked for.
-    Those of ``known`` call ids are left out (their text is not made), keeping the others' positions."""
+    Those of ``known`` call ids are left out (their text is not made), keeping the others'
+    positions, and the call ids returned are added to ``known``."""
     if names is not None:
         names.update(conv.names)
     seen: set[str] = set()
@@ -312,8 +311,10 @@ def _unique(
             continue
         position = len(seen)
         seen.add(call_id)
-        if call_id in known:
-            continue
+        if known is not None:
+            if call_id in known:
+                continue
+            known.add(call_id)
         out.append(ToolResponse(call_id, name or conv.names.get(call_id), text if isinstance(text, str) else text(),
                                 position))  # fmt: skip
     return out
@@ -325,14 +326,15 @@ def new_conversation() -> _Conversation:
 
 def tool_responses(
     attrs: Mapping[str, Any], events: Iterable[tuple[str, Mapping[str, Any], Any]] = (),
-    names: dict[str, str] | None = None, known: set[str] | frozenset[str] = frozenset(),
+    names: dict[str, str] | None = None, known: set[str] | None = None,
 ) -> list[ToolResponse]:  # fmt: skip
     """Each tool response in an LLM call's input (attributes first, then its events), once per call id.
 
     ``names``, when given, gets the name of every tool call the input's messages asked for, by
     call id (responses that arrive elsewhere can be named from it). Responses to the ``known``
     call ids (read already from an earlier call of the same run) are left out, and their text
-    is not made: each model call repeats the run's responses so far.
+    is not made: each model call repeats the run's responses so far; the call ids returned are
+    added to ``known``.
     """
     conv = new_conversation()
     if attrs.get(GEN_AI_INPUT_MESSAGES) is not None:

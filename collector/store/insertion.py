@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from collector.store import columns, naming, rollup
 from collector.store.batch import Batch, WriteResult
-from collector.store.connection import rows_as_dicts
+from collector.store.pairing import joins, since
 from collector.store.windowcost import TRACE_HORIZON_NS, update_later_llm_calls
 
 _WITH_START_TIME = "*, make_timestamp(start_ns // 1000) AS start_time"
@@ -42,12 +42,6 @@ duration, to the millisecond, or its time alone when no duration is given), an h
 most for its tools. Any other repeat (a resend, a replayed spool) has the very same start, so
 other batches look within their own time span only: at thousands of spans a second, an hour
 either side would have every write read millions of stored keys."""
-
-
-def _since(column: str) -> str:
-    """``column`` at the lower bound ``{lo}`` (filled in at each write) or later; a row stored with no
-    time (by a version before it was kept) is looked at too."""
-    return f"({column} >= {{lo}} OR {column} IS NULL)"
 
 
 def insert_new(
@@ -198,7 +192,7 @@ def _merge_nested(con: duckdb.DuckDBPyConnection, span: tuple[int, int]) -> int:
 
 
 _LLM_PAIRS = f"""
-    WITH l AS (SELECT * FROM llm_calls WHERE {_since("start_ns")} AND trace_id IN (SELECT trace_id FROM llm_batch)),
+    WITH l AS (SELECT * FROM llm_calls WHERE {since("start_ns")} AND trace_id IN (SELECT trace_id FROM llm_batch)),
     sib AS (SELECT i.trace_id, i.span_id AS inner_id, w.span_id AS outer_id,
                    count(*) OVER (PARTITION BY w.trace_id, w.span_id) AS inside
             FROM l i JOIN l w ON i.trace_id = w.trace_id AND i.span_id <> w.span_id
@@ -239,13 +233,13 @@ def _insert_llm_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]],
             FROM (SELECT p.inner_key, o.compacted, {", ".join(f"o.{c}" for c in _CARRIED)}
                   FROM (SELECT unnest(?::VARCHAR[]) AS inner_key, unnest(?::VARCHAR[]) AS outer_key) p
                   JOIN llm_calls o ON o.trace_id || ':' || o.span_id = p.outer_key
-                  WHERE o.trace_id IN (SELECT trace_id FROM llm_batch) AND {_since("o.start_ns").format(lo=lo)}) AS w
-            WHERE llm_calls.trace_id IN (SELECT trace_id FROM llm_batch) AND {_since("llm_calls.start_ns").format(lo=lo)}
+                  WHERE o.trace_id IN (SELECT trace_id FROM llm_batch) AND {since("o.start_ns").format(lo=lo)}) AS w
+            WHERE llm_calls.trace_id IN (SELECT trace_id FROM llm_batch) AND {since("llm_calls.start_ns").format(lo=lo)}
               AND llm_calls.trace_id || ':' || llm_calls.span_id = w.inner_key""",
         [inner, outer],
     )
     row = con.execute(
-        f"""DELETE FROM llm_calls WHERE trace_id IN (SELECT trace_id FROM llm_batch) AND {_since("start_ns").format(lo=lo)}
+        f"""DELETE FROM llm_calls WHERE trace_id IN (SELECT trace_id FROM llm_batch) AND {since("start_ns").format(lo=lo)}
            AND trace_id || ':' || span_id IN (SELECT unnest(?::VARCHAR[]))""",
         [outer],
     ).fetchone()
@@ -277,98 +271,6 @@ def _record_counters(con: duckdb.DuckDBPyConnection, batch: Batch, lake: bool, w
         f"INSERT {replace}INTO collector_stats ({cols}, updated_at) VALUES ({marks}, now()::TIMESTAMP)",
         list(stats.values()),
     )
-
-
-# The joins below look at the rows of the batch's traces only, and a trace's rows lie within the
-# horizon of the batch's: each query is bounded below by the batch's earliest time less
-# TRACE_HORIZON_NS ({lo}, a constant, so DuckDB skips the older row groups by their min/max time).
-# Each join is found from key columns first, and the rows (payloads, views) are read for what was
-# found only, through a filter DuckDB evaluates in the scan (list_contains: an IN-subquery is a
-# join, so the scan reads every column of every row first). Joining the whole rows at once read
-# every stored payload and view at each write: ~70 us a call at 200,000 calls with their model
-# calls, growing with the store (benchmarks/bench_flush.py --views).
-
-
-_VIEWED_TRACES = f"""
-    SELECT DISTINCT trace_id FROM message_views
-    WHERE {_since("llm_start_ns")} AND trace_id IN (SELECT unnest(?::VARCHAR[]))"""
-_PENDING_KEYS = f"""
-    SELECT t.trace_id, t.span_id
-    FROM (SELECT trace_id, span_id, tool_call_id FROM tool_calls
-          WHERE {_since("start_ns")} AND view_source = 'raw' AND tool_call_id IS NOT NULL
-            AND trace_id IN (SELECT unnest($traces))) t
-    JOIN (SELECT trace_id, tool_call_id FROM message_views
-          WHERE {_since("llm_start_ns")} AND trace_id IN (SELECT unnest($traces))) m
-      USING (trace_id, tool_call_id)"""
-"""The stored calls of the viewed traces still measured against their raw result whose view is now stored."""
-_PENDING_JOINS = f"""
-    SELECT t.*, m.bytes AS message_bytes, m.tokens AS message_tokens, m.blob_id AS message_blob_id,
-           m.inline AS message_inline, p.inline AS raw_inline, p.blob_id AS raw_blob_id, p.cut AS raw_cut,
-           p.head_bytes AS raw_head_bytes, p.tail_bytes AS raw_tail_bytes
-    FROM (SELECT * FROM tool_calls WHERE {_since("start_ns")} AND list_contains($traces, trace_id)
-          AND list_contains($calls, trace_id || ':' || span_id)) t
-    JOIN (SELECT * FROM message_views WHERE {_since("llm_start_ns")} AND list_contains($traces, trace_id)) m
-      USING (trace_id, tool_call_id)
-    LEFT JOIN (SELECT * FROM payloads WHERE {_since("start_ns")} AND kind = 'raw' AND list_contains($traces, trace_id)) p
-      ON p.trace_id = t.trace_id AND p.span_id = t.span_id"""
-"""Those calls (:data:`_PENDING_KEYS`), with their view and their raw payload."""
-_IDLESS_CALLS = f"""
-    SELECT t.*, p.inline AS raw_inline, p.blob_id AS raw_blob_id, p.cut AS raw_cut,
-           p.head_bytes AS raw_head_bytes, p.tail_bytes AS raw_tail_bytes
-    FROM (SELECT * FROM tool_calls WHERE {_since("start_ns")} AND tool_call_id IS NULL AND view_source = 'raw'
-          AND list_contains($traces, trace_id)) t
-    LEFT JOIN (SELECT * FROM payloads WHERE {_since("start_ns")} AND kind = 'raw' AND list_contains($traces, trace_id)) p
-      ON p.trace_id = t.trace_id AND p.span_id = t.span_id"""
-_UNCLAIMED_KEYS = f"""
-    SELECT m.trace_id, m.tool_call_id FROM message_views m
-    WHERE {_since("m.llm_start_ns")} AND m.trace_id IN (SELECT unnest($traces))
-      AND NOT EXISTS (SELECT 1 FROM tool_calls t WHERE t.trace_id = m.trace_id AND t.tool_call_id = m.tool_call_id
-                      AND t.origin IS DISTINCT FROM 'messages' AND {_since("t.start_ns")}
-                      AND t.trace_id IN (SELECT unnest($traces)))"""
-"""The views of the viewed traces that no call claims (by its id)."""
-_UNCLAIMED_VIEWS = f"""
-    SELECT m.*, (SELECT any_value(d.span_id) FROM tool_calls d WHERE d.trace_id = m.trace_id
-                   AND d.tool_call_id = m.tool_call_id AND d.origin = 'messages' AND {_since("d.start_ns")}
-                   AND list_contains($traces, d.trace_id)) AS derived_span_id
-    FROM message_views m
-    WHERE {_since("m.llm_start_ns")} AND list_contains($traces, m.trace_id)
-      AND list_contains($views, m.trace_id || ':' || m.tool_call_id)"""
-"""Those views (:data:`_UNCLAIMED_KEYS`), with the call derived from each, if any."""
-
-
-def _joins(
-    con: duckdb.DuckDBPyConnection, written: WriteResult, join_traces: list[str], first_ns: int | None
-) -> WriteResult:
-    """``written`` with the joins the batch made possible (see :class:`WriteResult`); ``first_ns``:
-    the earliest time of the batch's rows (None: none has one, and no row is too old)."""
-    lo = first_ns - TRACE_HORIZON_NS if first_ns is not None else -(2**63)
-
-    def rows(query: str, params: dict[str, list[str]]) -> list[Any]:
-        return con.execute(query.format(lo=lo), params).fetchall()
-
-    # read in the same transaction as the write: the late joins see exactly what is stored;
-    # both start from a view of the message inputs, so traces without one need neither
-    viewed = [row[0] for row in con.execute(_VIEWED_TRACES.format(lo=lo), [join_traces]).fetchall()]
-    if not viewed:
-        return written
-    pending: list[dict[str, Any]] = []
-    calls = rows(_PENDING_KEYS, {"traces": viewed})
-    if calls:
-        traces = sorted({t for t, _ in calls})
-        keys = [f"{t}:{s}" for t, s in calls]
-        pending = rows_as_dicts(con.execute(_PENDING_JOINS.format(lo=lo), {"traces": traces, "calls": keys}))
-    unclaimed: list[dict[str, Any]] = []
-    idless: list[dict[str, Any]] = []
-    views = rows(_UNCLAIMED_KEYS, {"traces": viewed})
-    if views:
-        traces = sorted({t for t, _ in views})
-        keys = [f"{t}:{c}" for t, c in views]
-        unclaimed = rows_as_dicts(con.execute(_UNCLAIMED_VIEWS.format(lo=lo), {"traces": traces, "views": keys}))
-        # id-less calls are matched to the views no call claims, of their own trace only: read
-        # them for those traces (none, usually), not for every trace the batch touched
-        idless = rows_as_dicts(con.execute(_IDLESS_CALLS.format(lo=lo), {"traces": traces}))
-    return WriteResult(written.tool_calls, written.llm_calls, written.duplicates, pending_joins=pending,
-                       idless_calls=idless, unclaimed_views=unclaimed)  # fmt: skip
 
 
 def _invalidate_rollups(con: duckdb.DuckDBPyConnection, starts: Sequence[int | None]) -> None:
@@ -437,7 +339,7 @@ def insert_batch(
     if not batch.join_traces:
         return written
     times = [t for t in (*starts, *(r.get("llm_start_ns") for r in batch.message_rows)) if t is not None]
-    return _joins(con, written, batch.join_traces, int(min(times)) if times else None)
+    return joins(con, written, batch.join_traces, int(min(times)) if times else None)
 
 
 def replace_tool_rows(
