@@ -3,9 +3,9 @@
 A receiver runs for weeks; a write that costs more the more the store holds slows it down
 until it cannot keep up. This measures one batch of small tool calls (about 1 KB results,
 measured once, then given new random trace ids for each write, as OpenTelemetry makes them,
-and times ``--every`` seconds later than the previous write's)
-written again and again into one DuckDB file through the collector's own writer, with the
-file's closing checkpoint, and prints the cost per span at each size beside the cost into a
+and times ``--every`` seconds later than the previous write's) written again and again into
+one DuckDB file through the collector's own writer, with the file's closing checkpoint (its
+CPU also shown apart), and prints the cost per span at each size beside the cost into a
 store of ``--first`` calls (the baseline, same run). It does so for a file made now, for
 one made with the primary keys the large tables had before, and for a DuckLake with a
 DuckDB catalog file and its data beside it (``--layouts``; the lake is not in the default:
@@ -97,28 +97,36 @@ def main() -> None:
             items = [item for body in bodies for item in items_of(1, body)]
             base = pipeline.build_batch(items)
             rng = random.Random(7)
-            costs = []
+            costs, closing = [], []
             for n in range(writes):
                 batch = renamed(base, rng, round(n * args.every * 1e9))
                 t0 = time.perf_counter()
-                pipeline.write(batch)
+                with pipeline.store.holding():  # the file is closed (and checkpointed) as the block ends
+                    pipeline.write(batch)
+                    cpu = time.process_time()
                 costs.append((time.perf_counter() - t0) / args.batch * 1e6)
+                closing.append((time.process_time() - cpu) / args.batch * 1e6)
             # three writes around each mark: one is noisy
-            results[layout] = ([statistics.median(costs[max(n - 1, 0) : n + 2]) for n in marks], _size(tmp))
+            results[layout] = ([statistics.median(costs[max(n - 1, 0) : n + 2]) for n in marks], _size(tmp),
+                               [statistics.median(closing[max(n - 1, 0) : n + 2]) for n in marks])  # fmt: skip
             close_all()
     views = (
         f", each with a model call carrying the views of its run ({TOOLS_PER_TRACE} calls a run)" if args.views else ""
     )
     print(f"one write of {args.batch:,} small tool calls{views} (random trace ids, {args.every:g} s of span time apart) "
           "into one store, as it grows")  # fmt: skip
-    head = "".join(f" {layout + ': us/span':>20} {'vs baseline':>12}" for layout in results)
+    head = "".join(f" {layout + ': us/span':>20} {'vs baseline':>12} {'closing, CPU':>13}" for layout in results)
     print(f"   {'calls stored before the write':>30}{head}")
     for i, n in enumerate(marks):
-        cells = "".join(f" {us[i]:>20.1f} {us[i] / us[0]:>11.2f}x" for us, _ in results.values())
+        cells = "".join(
+            f" {us[i]:>20.1f} {us[i] / us[0]:>11.2f}x {close[i]:>13.1f}" for us, _, close in results.values()
+        )
         print(f"   {n * args.batch:>30,}{cells}{'  (baseline)' if i == 0 else ''}")
     print(
-        "   store at the end: " + ", ".join(f"{layout} {size / 1e6:,.0f} MB" for layout, (_, size) in results.items())
+        "   store at the end: "
+        + ", ".join(f"{layout} {size / 1e6:,.0f} MB" for layout, (_, size, _) in results.items())
     )
+    print("   closing, CPU: µs a call of this process's CPU while the file was closed after the write (its checkpoint)")
 
 
 if __name__ == "__main__":
