@@ -38,7 +38,7 @@ from collector.measure.tokens import TokenCounter
 from collector.metrics import METRIC_COLUMNS, ToolMetrics
 from collector.model import LOG, Issue, Item, ToolCall
 from collector.store.database import Batch, Store, WriteResult
-from collector.store.payloads import INLINE_MAX_BYTES, PayloadStore, payload_dir, payload_row
+from collector.store.payloads import INLINE_MAX_BYTES, PayloadStore, payload_dir, payload_row, same_as_row
 
 logger = logging.getLogger("toolmeter")
 P = TypeVar("P")
@@ -109,15 +109,8 @@ class Pipeline:
             except Exception as e:  # one bad span must not cost the batch
                 failed += 1
                 logger.warning("toolmeter could not measure span %s: %s", item.span.span_id, e, exc_info=True)
-                issues.append(
-                    Issue(
-                        item.span.source,
-                        f"could not be measured ({type(e).__name__}: {e}); the span was skipped",
-                        item.span.trace_id,
-                        item.span.span_id,
-                        level="error",
-                    )
-                )
+                issues.append(Issue(item.span.source, f"could not be measured ({type(e).__name__}: {e}); the span was skipped",
+                                    item.span.trace_id, item.span.span_id, level="error"))  # fmt: skip
         batch.issue_rows = [
             {
                 "collector_id": self.collector_id,
@@ -149,6 +142,9 @@ class Pipeline:
         cut = False
         if self.config.store_payloads:
             for kind, data in payloads.items():
+                if kind == "view" and data == payloads.get("raw"):  # the model read the whole result: kept once
+                    batch.payload_rows.append(same_as_row(batch.payload_rows[-1], "view"))
+                    continue
                 clean, n = self.redactor.redact_bytes_same_length(data)
                 stored = payload_row(
                     self.payloads, row["trace_id"], row["span_id"], kind, clean, self.config.payload_cap_bytes

@@ -110,6 +110,7 @@ PAYLOADS: Final = pa.schema(
         ("blob_id", pa.string()),
         ("inline", pa.binary()),
         ("start_ns", pa.int64()),
+        ("same_as", pa.string()),
     ]
 )
 """A row of ``payloads``: where one raw or view payload of a tool call is kept."""

@@ -147,13 +147,15 @@ def load_payload(
 ) -> Payload | None:
     """The ``raw`` or ``view`` payload of one call, or None when none was stored."""
     row = con.execute(
-        "SELECT total_bytes, cut, head_bytes, tail_bytes, blob_id, sha256, inline FROM payloads "
+        "SELECT total_bytes, cut, head_bytes, tail_bytes, blob_id, sha256, inline, same_as FROM payloads "
         "WHERE trace_id = ? AND span_id = ? AND kind = ?",
         [trace_id, span_id, kind],
     ).fetchone()
     if row is None:
         return None
-    total, cut, head_bytes, _tail_bytes, blob_id, sha, inline = row
+    total, cut, head_bytes, _tail_bytes, blob_id, sha, inline, same_as = row
+    if same_as and same_as != kind:  # the bytes are those of the call's other payload
+        return load_payload(con, db_path, trace_id, span_id, same_as)
     data = bytes(inline) if inline is not None else PayloadStore(payload_dir(db_path)).get(blob_id)
     return Payload(total_bytes=total, cut=bool(cut), head=data[:head_bytes], tail=data[head_bytes:], sha256=sha)
 
@@ -187,4 +189,11 @@ def payload_row(
         "tail_bytes": tail,
         "blob_id": blob_id,
         "inline": stored if inline else None,
+        "same_as": None,
     }
+
+
+def same_as_row(other: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The row of a ``kind`` payload whose bytes are those of the payload ``other`` (a view that is
+    its raw result, byte for byte): it says so and holds no bytes of its own."""
+    return dict(other, kind=kind, blob_id=None, inline=None, same_as=other["kind"])

@@ -122,9 +122,11 @@ CREATE TABLE IF NOT EXISTS payloads (
     tail_bytes   BIGINT,             -- ... then [total_bytes - tail_bytes, total_bytes)
     blob_id      VARCHAR,            -- sha256 of the stored bytes: the file name (NULL when inline)
     inline       BLOB,               -- the stored bytes themselves, when at most 16 KiB
-    start_ns     BIGINT              -- the call's start: a write checks only payloads near its own for repeats
+    start_ns     BIGINT,             -- the call's start: a write checks only payloads near its own for repeats
+    same_as      VARCHAR             -- 'raw': a view byte for byte its call's raw result, whose bytes are not stored twice
 );
 ALTER TABLE payloads ADD COLUMN IF NOT EXISTS start_ns BIGINT;
+ALTER TABLE payloads ADD COLUMN IF NOT EXISTS same_as VARCHAR;
 
 -- The collector's own counters: one row per collector, updated at every flush.
 CREATE TABLE IF NOT EXISTS collector_stats (

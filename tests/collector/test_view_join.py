@@ -146,11 +146,19 @@ def test_a_json_result_in_a_message_is_the_very_text_the_model_read(provider_wit
         with tracer.start_as_current_span("chat gpt-4o", attributes=llm_attrs):
             pass
     assert processor.force_flush()
+    from collector.store.payloads import load_payload
+
     with read_connection(db_path) as con:
         row = con.execute(
-            "SELECT view_source, raw_bytes = view_bytes, raw_tokens = view_tokens, truncated FROM tool_calls"
+            "SELECT view_source, raw_bytes = view_bytes, raw_tokens = view_tokens, truncated, trace_id, span_id "
+            "FROM tool_calls"
         ).fetchone()
-    assert row == ("message", True, True, False)
+        assert row is not None and row[:4] == ("message", True, True, False)
+        # the view is the raw result byte for byte: its bytes are stored once, and read back whole
+        kept = con.execute("SELECT kind, inline IS NOT NULL, same_as FROM payloads ORDER BY kind").fetchall()
+        assert kept == [("raw", True, None), ("view", False, "raw")]
+        raw_payload, view_payload = (load_payload(con, db_path, row[4], row[5], kind) for kind in ("raw", "view"))
+    assert view_payload == raw_payload and raw_payload is not None and raw_payload.head == raw.encode()
 
 
 def test_a_response_repeated_by_later_model_calls_is_read_from_its_first_carrier() -> None:
