@@ -87,29 +87,24 @@ def joins(
     the earliest time of the batch's rows (None: none has one, and no row is too old)."""
     lo = first_ns - TRACE_HORIZON_NS if first_ns is not None else -(2**63)
 
-    def rows(query: str, params: dict[str, list[str]]) -> list[Any]:
-        return con.execute(query.format(lo=lo), params).fetchall()
+    def found(keys_query: str, rows_query: str, keys_name: str) -> tuple[list[str], list[dict[str, Any]]]:
+        """(traces, rows) of a join: its keys from the key columns, then the rows of those keys only."""
+        pairs = con.execute(keys_query.format(lo=lo), {"traces": viewed}).fetchall()
+        if not pairs:
+            return [], []
+        traces = sorted({t for t, _ in pairs})
+        keys = [f"{a}:{b}" for a, b in pairs]
+        return traces, rows_as_dicts(con.execute(rows_query.format(lo=lo), {"traces": traces, keys_name: keys}))
 
     # read in the same transaction as the write: the late joins see exactly what is stored;
     # both start from a view of the message inputs, so traces without one need neither
     viewed = [row[0] for row in con.execute(_VIEWED_TRACES.format(lo=lo), [join_traces]).fetchall()]
     if not viewed:
         return written
-    pending: list[dict[str, Any]] = []
-    calls = rows(_PENDING_KEYS, {"traces": viewed})
-    if calls:
-        traces = sorted({t for t, _ in calls})
-        keys = [f"{t}:{s}" for t, s in calls]
-        pending = rows_as_dicts(con.execute(_PENDING_JOINS.format(lo=lo), {"traces": traces, "calls": keys}))
-    unclaimed: list[dict[str, Any]] = []
-    idless: list[dict[str, Any]] = []
-    views = rows(_UNCLAIMED_KEYS, {"traces": viewed})
-    if views:
-        traces = sorted({t for t, _ in views})
-        keys = [f"{t}:{c}" for t, c in views]
-        unclaimed = rows_as_dicts(con.execute(_UNCLAIMED_VIEWS.format(lo=lo), {"traces": traces, "views": keys}))
-        # id-less calls are matched to the views no call claims, of their own trace only: read
-        # them for those traces (none, usually), not for every trace the batch touched
-        idless = rows_as_dicts(con.execute(_IDLESS_CALLS.format(lo=lo), {"traces": traces}))
+    _, pending = found(_PENDING_KEYS, _PENDING_JOINS, "calls")
+    claiming, unclaimed = found(_UNCLAIMED_KEYS, _UNCLAIMED_VIEWS, "views")
+    # id-less calls are matched to the views no call claims, of their own trace only: read
+    # them for those traces (none, usually), not for every trace the batch touched
+    idless = rows_as_dicts(con.execute(_IDLESS_CALLS.format(lo=lo), {"traces": claiming})) if claiming else []
     return WriteResult(written.tool_calls, written.llm_calls, written.duplicates, pending_joins=pending,
                        idless_calls=idless, unclaimed_views=unclaimed)  # fmt: skip

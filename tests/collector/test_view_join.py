@@ -42,16 +42,18 @@ def test_tool_responses_in_each_dialect() -> None:
     assert pairs({"gen_ai.input.messages": structured}) == [("c4", '{"a": 1}')]
 
 
-def _run(provider: TracerProvider, processor: ToolResultProcessor, flush_between: bool) -> None:
+def _run(
+    provider: TracerProvider, processor: ToolResultProcessor, flush_between: bool, raw: str = RAW, shown: str = SHOWN
+) -> None:
     tracer = provider.get_tracer("agent")
     with tracer.start_as_current_span("invoke_agent"):
         tool_attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "fetch_pod_logs",
-                      "gen_ai.tool.call.id": "call_42", "gen_ai.tool.call.result": RAW}  # fmt: skip
+                      "gen_ai.tool.call.id": "call_42", "gen_ai.tool.call.result": raw}  # fmt: skip
         with tracer.start_as_current_span("execute_tool fetch_pod_logs", attributes=tool_attrs):
             pass
         if flush_between:
             assert processor.force_flush()
-        llm_attrs = {"gen_ai.operation.name": "chat", "gen_ai.input.messages": gen_ai_messages("call_42", SHOWN)}
+        llm_attrs = {"gen_ai.operation.name": "chat", "gen_ai.input.messages": gen_ai_messages("call_42", shown)}
         with tracer.start_as_current_span("chat gpt-4o", attributes=llm_attrs):
             pass
     assert processor.force_flush()
@@ -136,16 +138,7 @@ def test_a_json_result_in_a_message_is_the_very_text_the_model_read(provider_wit
     blocks = json.dumps([{"type": "text", "text": "line one"}, {"type": "text", "text": "line two"}])
     assert pairs({"gen_ai.input.messages": gen_ai_messages("c2", blocks)}) == [("c2", "line one\nline two")]
     provider, processor = provider_with(flush_interval=3600)
-    tracer = provider.get_tracer("agent")
-    with tracer.start_as_current_span("invoke_agent"):
-        tool_attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_orders",
-                      "gen_ai.tool.call.id": "c1", "gen_ai.tool.call.result": raw}  # fmt: skip
-        with tracer.start_as_current_span("execute_tool search_orders", attributes=tool_attrs):
-            pass
-        llm_attrs = {"gen_ai.operation.name": "chat", "gen_ai.input.messages": gen_ai_messages("c1", raw)}
-        with tracer.start_as_current_span("chat gpt-4o", attributes=llm_attrs):
-            pass
-    assert processor.force_flush()
+    _run(provider, processor, flush_between=False, raw=raw, shown=raw)
     from collector.store.payloads import load_payload
 
     with read_connection(db_path) as con:
