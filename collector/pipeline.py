@@ -141,12 +141,13 @@ class Pipeline:
         row["redactions"] = redactions
         cut = False
         if self.config.store_payloads:
+            kept: dict[str, dict[str, Any]] = {}
             for kind, data in payloads.items():
-                if kind == "view" and data == payloads.get("raw"):  # the model read the whole result: kept once
-                    batch.payload_rows.append(same_as_row(batch.payload_rows[-1], "view"))
+                if kind == "view" and "raw" in kept and data == payloads["raw"]:  # the model read all of it: kept once
+                    batch.payload_rows.append(same_as_row(kept["raw"], "view"))
                     continue
                 clean, n = self.redactor.redact_bytes_same_length(data)
-                stored = payload_row(
+                stored = kept[kind] = payload_row(
                     self.payloads, row["trace_id"], row["span_id"], kind, clean, self.config.payload_cap_bytes
                 )
                 stored["start_ns"] = row["start_ns"]

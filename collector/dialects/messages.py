@@ -306,7 +306,7 @@ def _unique(conv: _Conversation, names: dict[str, str] | None, known: set[str] |
         names.update(conv.names)
     seen: set[str] = set()
     out: list[ToolResponse] = []
-    for call_id, name, text in conv.responses:
+    for i, (call_id, name, _) in enumerate(conv.responses):
         if call_id is None or call_id in seen:  # the first time the model saw it
             continue
         position = len(seen)
@@ -315,8 +315,7 @@ def _unique(conv: _Conversation, names: dict[str, str] | None, known: set[str] |
             if call_id in known:
                 continue
             known.add(call_id)
-        out.append(ToolResponse(call_id, name or conv.names.get(call_id), text if isinstance(text, str) else text(),
-                                position))  # fmt: skip
+        out.append(ToolResponse(call_id, name or conv.names.get(call_id), conv.text(i), position))
     return out
 
 

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from collector.store import columns, naming, rollup
 from collector.store.batch import Batch, WriteResult
-from collector.store.pairing import joins, since
+from collector.store.pairing import horizon_start, joins, since
 from collector.store.windowcost import TRACE_HORIZON_NS, update_later_llm_calls
 
 _WITH_START_TIME = "*, make_timestamp(start_ns // 1000) AS start_time"
@@ -222,7 +222,7 @@ def _insert_llm_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]],
     # the agent's own are never merged without that). The inner one, which made the request,
     # is kept, with what only the outer one read (a response body's context-editing report,
     # cache figures in a spelling the inner one lacks)
-    lo = span[0] - TRACE_HORIZON_NS if span is not None else -(2**63)
+    lo = horizon_start(span[0] if span is not None else None)
     pairs = con.execute(_LLM_PAIRS.format(lo=lo)).fetchall()
     if not pairs:  # the usual case: no statement more
         return added
@@ -233,13 +233,13 @@ def _insert_llm_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]],
             FROM (SELECT p.inner_key, o.compacted, {", ".join(f"o.{c}" for c in _CARRIED)}
                   FROM (SELECT unnest(?::VARCHAR[]) AS inner_key, unnest(?::VARCHAR[]) AS outer_key) p
                   JOIN llm_calls o ON o.trace_id || ':' || o.span_id = p.outer_key
-                  WHERE o.trace_id IN (SELECT trace_id FROM llm_batch) AND {since("o.start_ns").format(lo=lo)}) AS w
-            WHERE llm_calls.trace_id IN (SELECT trace_id FROM llm_batch) AND {since("llm_calls.start_ns").format(lo=lo)}
+                  WHERE o.trace_id IN (SELECT trace_id FROM llm_batch) AND {since("o.start_ns", lo)}) AS w
+            WHERE llm_calls.trace_id IN (SELECT trace_id FROM llm_batch) AND {since("llm_calls.start_ns", lo)}
               AND llm_calls.trace_id || ':' || llm_calls.span_id = w.inner_key""",
         [inner, outer],
     )
     row = con.execute(
-        f"""DELETE FROM llm_calls WHERE trace_id IN (SELECT trace_id FROM llm_batch) AND {since("start_ns").format(lo=lo)}
+        f"""DELETE FROM llm_calls WHERE trace_id IN (SELECT trace_id FROM llm_batch) AND {since("start_ns", lo)}
            AND trace_id || ':' || span_id IN (SELECT unnest(?::VARCHAR[]))""",
         [outer],
     ).fetchone()

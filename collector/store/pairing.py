@@ -27,10 +27,17 @@ from collector.store.connection import rows_as_dicts
 from collector.store.windowcost import TRACE_HORIZON_NS
 
 
-def since(column: str) -> str:
-    """``column`` at the lower bound ``{lo}`` (filled in at each write) or later; a row stored with no
-    time (by a version before it was kept) is looked at too."""
-    return f"({column} >= {{lo}} OR {column} IS NULL)"
+def since(column: str, lo: int | None = None) -> str:
+    """``column`` at the lower bound ``lo`` or later (left as ``{lo}``, to fill in at each write, when
+    not given); a row stored with no time (by a version before it was kept) is looked at too."""
+    bound = "{lo}" if lo is None else str(lo)
+    return f"({column} >= {bound} OR {column} IS NULL)"
+
+
+def horizon_start(first_ns: int | None) -> int:
+    """The earliest time a row of the traces of a batch whose earliest row is at ``first_ns`` may
+    have (None: no row of the batch has a time, and no stored row is too old)."""
+    return first_ns - TRACE_HORIZON_NS if first_ns is not None else -(2**63)
 
 
 _VIEWED_TRACES = f"""
@@ -85,7 +92,7 @@ def joins(
 ) -> WriteResult:
     """``written`` with the joins the batch made possible (see :class:`WriteResult`); ``first_ns``:
     the earliest time of the batch's rows (None: none has one, and no row is too old)."""
-    lo = first_ns - TRACE_HORIZON_NS if first_ns is not None else -(2**63)
+    lo = horizon_start(first_ns)
 
     def found(keys_query: str, rows_query: str, keys_name: str) -> tuple[list[str], list[dict[str, Any]]]:
         """(traces, rows) of a join: its keys from the key columns, then the rows of those keys only."""
