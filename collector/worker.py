@@ -188,11 +188,20 @@ class BatchWorker(Generic[T]):
 
     def _next_batch(self) -> list[tuple[T, int]]:
         """Pop one batch (holding ``_lock``)."""
-        entries: list[tuple[T, int]] = []
-        size = 0
+        queue = self._queue
         limit = self.batch_bytes
-        while self._queue and len(entries) < self.batch_items and (limit is None or not entries or size < limit):
-            entry = self._queue.popleft()
+        if limit is None:
+            # by count alone: popped in C. In the span processor this runs on the agent's
+            # interpreter, where a Python loop per span is GIL time taken from the agent
+            if len(queue) <= self.batch_items:
+                entries = list(queue)
+                queue.clear()
+                return entries
+            return [queue.popleft() for _ in range(self.batch_items)]
+        entries = []
+        size = 0
+        while queue and len(entries) < self.batch_items and (not entries or size < limit):
+            entry = queue.popleft()
             entries.append(entry)
             size += entry[1]
         return entries
@@ -204,9 +213,10 @@ class BatchWorker(Generic[T]):
                     self._report_drops()
                     return
                 entries = self._next_batch()
-            batch = [item for item, _ in entries]
-            size = sum(s for _, s in entries)
-            del entries
+            items, sizes = zip(*entries, strict=True)
+            batch = list(items)
+            size = sum(sizes)
+            del entries, items
             self._export_with_retry(batch)
             n = len(batch)
             del batch

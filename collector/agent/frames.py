@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import logging
 import marshal
+import operator
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
 from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope as PbScope
@@ -22,7 +24,10 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 from opentelemetry.proto.trace.v1.trace_pb2 import Status as PbStatus
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE, SpanContext
+from opentelemetry.trace.status import Status
 
 from collector.agent.forward import with_payload_attributes
 
@@ -41,8 +46,74 @@ def _plain(attributes: Any) -> dict[str, Any]:
     return dict(attributes or {})
 
 
-_KIND = {kind: kind.value for kind in SpanKind}
-_CODE = {code: code.value for code in StatusCode}
+_KIND = {id(kind): kind.value for kind in SpanKind}
+_CODE = {id(code): code.value for code in StatusCode}
+"""Keyed by identity: an enum member's own hash runs Python code, ``id`` does not."""
+_EMPTY_STATE = DEFAULT_TRACE_STATE
+
+_SDK_FIELDS = operator.itemgetter(
+    "_name", "_context", "_parent", "_kind", "_start_time", "_end_time", "_attributes", "_events", "_links",
+    "_status", "_resource", "_instrumentation_scope",
+)  # fmt: skip
+"""What the SDK's ``ReadableSpan`` keeps in its instance dict, read in one C call: each of its
+properties is a Python call, and some copy (``attributes``, ``events``)."""
+
+
+def _read(span: ReadableSpan) -> tuple[Any, ...]:
+    """A span's fields as :func:`flatten` takes them, through its public properties (a span that
+    is not the SDK's own ``ReadableSpan``: a subclass, another SDK's)."""
+    ctx = span.context
+    parent = span.parent
+    status = span.status
+    state = ctx.trace_state if ctx else None
+    bounded = getattr(span, "_attributes", None)
+    events = getattr(span, "_events", None)
+    links = getattr(span, "_links", None)
+    return (
+        span.name, ctx.trace_id if ctx else 0, ctx.span_id if ctx else 0, _state_text(state) if state else None,
+        parent.span_id if parent else None, bool(parent.is_remote) if parent else False,
+        span.kind, span.start_time, span.end_time, bounded if bounded is not None else span.attributes,
+        status.status_code, status.description,
+        events if events is not None else span.events, getattr(events, "dropped", 0),
+        links if links is not None else span.links, getattr(links, "dropped", 0),
+        span.resource, span.instrumentation_scope,
+    )  # fmt: skip
+
+
+def _read_sdk(span: ReadableSpan) -> tuple[Any, ...]:
+    """:func:`_read` of the SDK's own ``ReadableSpan``, from its instance dict and the tuple a
+    ``SpanContext`` is: about a third of the time (this runs for every span, on the agent's
+    interpreter)."""
+    try:
+        name, ctx, parent, kind, start, end, bounded, events, links, status, resource, scope = _SDK_FIELDS(
+            span.__dict__
+        )
+    except KeyError:  # an SDK that keeps them otherwise
+        return _read(span)
+    if (
+        ctx.__class__ is not SpanContext
+        or status.__class__ is not Status
+        or (parent is not None and parent.__class__ is not SpanContext)
+    ):
+        return _read(span)
+    state = ctx[4]
+    # BoundedList: its deque, and its count of dropped items (a Python __len__ and __iter__ otherwise)
+    bounded_events: Any = events
+    bounded_links: Any = links
+    events, dropped_events = (
+        (bounded_events._dq, bounded_events.dropped) if events.__class__ is BoundedList else (events, 0)
+    )
+    links, dropped_links = (bounded_links._dq, bounded_links.dropped) if links.__class__ is BoundedList else (links, 0)
+    return (
+        name, ctx[0], ctx[1], None if state is _EMPTY_STATE or not state else _state_text(state),
+        parent[1] if parent is not None else None, bool(parent[2]) if parent is not None else False,
+        kind, start, end, bounded, status._status_code, status._description,
+        events, dropped_events, links, dropped_links, resource, scope,
+    )  # fmt: skip
+
+
+def _state_text(state: Any) -> str:
+    return ",".join(f"{k}={v}" for k, v in state.items())
 
 
 def flatten(
@@ -52,8 +123,8 @@ def flatten(
     :func:`collector.record_tool_result` join the span's attributes as ``toolmeter.raw`` /
     ``toolmeter.view`` (of this copy only).
 
-    On the agent's interpreter (the processor's worker thread), so it reads each field once
-    and builds no object per attribute: about 1 us a span."""
+    On the agent's interpreter (the processor's worker thread), where its Python work is GIL
+    time taken from the agent: about 1 us a span of the SDK's own (:func:`_read_sdk`)."""
     resources: list[Any] = []
     scopes: list[Any] = []
     resource_index: dict[int, int] = {}
@@ -61,53 +132,41 @@ def flatten(
     out: list[Any] = []
     append = out.append
     for span, raw, view in spans:
-        resource = span.resource
+        (name, trace_id, span_id, state, parent_id, parent_remote, kind, start, end, bounded, code, description,
+         events, dropped_events, links, dropped_links, resource, scope) = _read_sdk(span) if span.__class__ is ReadableSpan else _read(span)  # fmt: skip
         r = resource_index.get(id(resource))
         if r is None:
             r = resource_index[id(resource)] = len(resources)
             resources.append((_plain(resource.attributes), resource.schema_url or ""))
-        scope = span.instrumentation_scope
         s = scope_index.get(id(scope))
         if s is None:
             s = scope_index[id(scope)] = len(scopes)
             scopes.append(
                 (scope.name, scope.version, scope.schema_url, _plain(scope.attributes)) if scope is not None else None
             )
-        # the SDK's own stores, read once (the properties wrap or copy them); see _plain
-        bounded = getattr(span, "_attributes", None)
-        attrs = with_payload_attributes(_plain(bounded if bounded is not None else span.attributes), raw, view)
-        ctx = span.context
-        parent = span.parent
-        status = span.status
-        events = getattr(span, "_events", None)
-        if events is None:
-            events = span.events
-        links = getattr(span, "_links", None)
-        if links is None:
-            links = span.links
+        # the SDK's own store (immutable once the span ended); see _plain
+        attrs: Mapping[str, Any] = bounded._dict if bounded.__class__ is BoundedAttributes else _plain(bounded)
+        if raw is not None or view is not None:
+            attrs = with_payload_attributes(attrs, raw, view)
         append((
-            span.name,
-            ctx.trace_id if ctx else 0, ctx.span_id if ctx else 0,
-            ",".join(f"{k}={v}" for k, v in ctx.trace_state.items()) if ctx and ctx.trace_state else None,
-            parent.span_id if parent else None, bool(parent.is_remote) if parent else False,
-            _KIND.get(span.kind, 0), span.start_time, span.end_time,
-            attrs, getattr(bounded, "dropped", 0),
-            _CODE.get(status.status_code, 0), status.description,
+            name, trace_id, span_id, state, parent_id, parent_remote, _KIND.get(id(kind), 0), start, end,
+            attrs, getattr(bounded, "dropped", 0), _CODE.get(id(code), 0), description,
             [(e.name, e.timestamp, _plain(e.attributes), e.dropped_attributes) for e in events] if events else (),
             [(link.context.trace_id, link.context.span_id, bool(link.context.is_remote), _plain(link.attributes),
               link.dropped_attributes) for link in links] if links else (),
-            getattr(events, "dropped", 0), getattr(links, "dropped", 0),
-            r, s,
+            dropped_events, dropped_links, r, s,
         ))  # fmt: skip
     return resources, scopes, out
 
 
-def frame(message: tuple[Any, ...]) -> bytes:
+def frame(message: tuple[Any, ...]) -> tuple[bytes, bytes]:
+    """The frame's header and body, written one after the other (a batch is megabytes: joined,
+    they would be copied once more on the agent's interpreter)."""
     try:
         data = marshal.dumps(message)
     except ValueError:  # a value marshal does not know (a custom SDK's attribute type): as text
         data = marshal.dumps(_as_text(message))
-    return LENGTH.pack(len(data)) + data
+    return LENGTH.pack(len(data)), data
 
 
 def _as_text(value: Any) -> Any:
