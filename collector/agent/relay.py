@@ -23,6 +23,7 @@ command line that ``ps`` shows. The helper runs at a lower CPU priority than the
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import logging
@@ -33,6 +34,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Final
@@ -50,6 +52,8 @@ two share a busy core, Linux's scheduler gives a nice-19 process about 1.5 % of 
 nice-0 agent (weights 15 and 1024), where nice 10 took about 10 % (110)."""
 PIPE_BYTES: Final = 1 << 20
 """The pipe's buffer (Linux's default ceiling for an unprivileged process)."""
+OUTBOX_BYTES: Final = 64 << 20
+"""Marshalled frames waiting for the pipe, at most (about 50,000 spans of 1 KB results)."""
 
 
 @dataclass
@@ -59,15 +63,21 @@ class _Helper:
     proc: subprocess.Popen[bytes]
     handed: int = 0
     answered: int = 0
-    flushed: int = 0
+    last_seq: int = 0
+    """The last frame written to it: a flush asked up to there is lost if it dies."""
 
 
 class Relay:
     """The agent's end: starts the helper on first use and hands it batches.
 
-    ``send`` runs on the processor's worker thread; a full pipe blocks that thread (not the
-    agent's), and the processor's queue then fills and counts drops, as when a receiver is slow.
-    Spans handed to a helper that dies before answering for them are counted as failed.
+    ``send`` runs on the processor's worker thread. It flattens and marshals the batch there and
+    puts the frame in an outbox that a writer thread empties into the pipe: the batch's spans are
+    then released at once, while a slow helper catches up from compact bytes the garbage
+    collector never walks (held as spans, a burst of 10,000 costs the agent's every later
+    allocation). The outbox holds :data:`OUTBOX_BYTES` at most; when full, ``send`` waits, the
+    worker with it (not the agent's thread), and the processor's queue then fills and counts
+    drops, as when a receiver is slow. Spans handed to a helper that dies before answering
+    for them, or that no helper could be started for, are counted as failed.
     """
 
     def __init__(self, endpoint: str, token: str | None = None) -> None:
@@ -78,11 +88,24 @@ class Relay:
         self.exits: list[int] = []
         """Exit codes of helpers that ended with spans unanswered for, or not cleanly."""
         self._helper: _Helper | None = None
+        self._pid = os.getpid()
         self._seq = 0
         self._lock = threading.Lock()
-        self._answer = threading.Condition(self._lock)
-        self._writing = threading.Lock()
-        """One frame at a time on the pipe: the worker sends while force_flush (any thread) asks."""
+        self._changed = threading.Condition(self._lock)
+        """Notified on every change below: an answer, a frame written or put, a helper's end."""
+        self._outbox: collections.deque[tuple[int, tuple[bytes, bytes], int]] = collections.deque()
+        self._outbox_bytes = 0
+        self._flushed = 0
+        """The last flush frame a helper answered for."""
+        self._lost = 0
+        """Frames up to this one will never be answered for (their helper died, or none started)."""
+        self._broken: OSError | None = None
+        self._stopping = False
+        self._writer: threading.Thread | None = None
+        self._putting = threading.Lock()
+        """Frames enter the outbox in the order of their numbers: the worker sends while
+        force_flush (any thread) asks."""
+        self._starting = threading.Lock()
 
     def _start(self) -> _Helper:
         helper = self._helper
@@ -128,8 +151,8 @@ class Relay:
                         else:
                             self.failed += n
                     elif word == "flushed":
-                        helper.flushed = int(rest)
-                    self._answer.notify_all()
+                        self._flushed = max(self._flushed, int(rest))
+                    self._changed.notify_all()
         with contextlib.suppress(OSError, ValueError):
             out.close()
         code = helper.proc.wait()
@@ -141,54 +164,108 @@ class Relay:
                 self.exits.append(code)
                 logger.warning("toolmeter: the forwarding helper exited (code %s); %d span(s) it had not "
                                "answered for are counted as failed", code, lost)  # fmt: skip
-            self._answer.notify_all()
+            self._lost = max(self._lost, helper.last_seq)
+            self._changed.notify_all()
 
-    def _write(self, kind: str, body: tuple[Any, ...], spans: int = 0) -> tuple[_Helper, int]:
-        with self._writing:
-            self._seq += 1
-            return self._write_locked(frame((kind, self._seq, *body)), spans), self._seq
+    def _put(self, kind: str, body: tuple[Any, ...], spans: int = 0) -> int:
+        """Number, marshal and queue one frame; its number. Raises OSError when no helper can run."""
+        if self._broken is not None:
+            raise self._broken
+        if self._helper is None:
+            with self._starting:
+                self._start()  # the first one here: an interpreter that cannot start one says so now
+        with self._putting:
+            seq = self._seq = self._seq + 1
+            parts = frame((kind, seq, *body))
+            size = len(parts[1])
+            with self._lock:
+                # a frame waits for room; one alone always fits, and a flush never waits
+                self._changed.wait_for(lambda: not self._outbox or not spans or self._stopping
+                                       or self._outbox_bytes + size <= OUTBOX_BYTES)  # fmt: skip
+                self._outbox.append((seq, parts, spans))
+                self._outbox_bytes += size
+                self._changed.notify_all()
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_out, name="toolmeter-relay-writer", daemon=True)
+                self._writer.start()
+        return seq
 
-    def _write_locked(self, frame: bytes, spans: int) -> _Helper:
+    def _write_out(self) -> None:
+        """The writer thread: frames from the outbox into the helper's pipe, in order."""
+        while True:
+            with self._lock:
+                self._changed.wait_for(lambda: self._outbox or self._stopping)
+                if not self._outbox or (self._stopping and self._broken is not None):
+                    return
+                seq, parts, spans = self._outbox[0]
+                broken = self._broken
+            if broken is None:
+                try:
+                    self._write_frame(parts, spans, seq)
+                except OSError as e:
+                    logger.warning("toolmeter: %s; spans handed to it are counted as failed", e)
+                    broken = e
+            with self._lock:
+                if self._outbox and self._outbox[0][0] == seq:  # abandon() may have emptied it meanwhile
+                    self._outbox.popleft()
+                    self._outbox_bytes -= len(parts[1])
+                if broken is not None:  # no helper runs: this frame and every later one are lost
+                    self._broken = broken
+                    self.failed += spans
+                    self._lost = max(self._lost, seq)
+                self._changed.notify_all()
+
+    def _write_frame(self, parts: tuple[bytes, bytes], spans: int, seq: int) -> None:
         for attempt in (1, 2):  # a helper that died is started again, once
-            helper = self._start()
+            with self._starting:
+                helper = self._helper
+                if self._stopping and (helper is None or helper.proc.poll() is not None):
+                    raise OSError("the forwarding helper was closed")  # closing: none is started again
+                helper = self._start()
             stdin = helper.proc.stdin
             assert stdin is not None
             with self._lock:
                 helper.handed += spans
+                helper.last_seq = seq  # before the write: if it dies meanwhile, a flush of seq is lost
             try:
-                stdin.write(frame)
+                for part in parts:
+                    stdin.write(part)
                 stdin.flush()
-                return helper
+                return
             except (ValueError, OSError) as e:  # BrokenPipeError is an OSError
                 with self._lock:
-                    helper.handed -= spans  # never reached it: the caller fails them
+                    helper.handed -= spans  # never reached it: counted by the caller
                 if attempt == 2:
                     raise OSError(f"the forwarding helper stopped (exit {helper.proc.poll()}): {e}") from e
-        raise AssertionError("unreachable")
 
     def send(self, spans: Sequence[tuple[ReadableSpan, str | bytes | None, str | bytes | None]]) -> None:
         """Hand ``spans`` to the helper (raises OSError when it cannot be started or keeps dying)."""
         resources, scopes, flat = flatten(spans)
-        self._write("spans", (resources, scopes, flat), len(flat))
+        self._put("spans", (resources, scopes, flat), len(flat))
 
     def flush(self, timeout_s: float) -> bool:
         """Wait until the helper has answered for everything handed to it so far."""
-        if self._helper is None:
+        if self._helper is None and self._writer is None:
             return True
         try:
-            helper, seq = self._write("flush", ())
+            seq = self._put("flush", ())
         except OSError:
             return False
         with self._lock:
-            return (
-                self._answer.wait_for(lambda: helper.flushed >= seq or helper.proc.poll() is not None, timeout_s)
-                and helper.flushed >= seq
+            return self._changed.wait_for(lambda: self._flushed >= seq or self._lost >= seq, timeout_s) and (
+                self._flushed >= seq
             )
 
     def abandon(self) -> None:
         """Let go of the helper without waiting: close this process's ends of its pipes (in a
-        forked child, where the parent still owns the helper; or after the helper failed)."""
+        forked child, where the parent still owns the helper and its writer thread is gone; or
+        after the helper failed). Takes no lock: a forked child may hold them copied held."""
         helper, self._helper = self._helper, None
+        self._stopping = True
+        self._outbox = collections.deque()
+        if os.getpid() == self._pid and self._writer is not None:
+            with self._lock:  # this process's writer: it ends
+                self._changed.notify_all()
         if helper is not None:
             for pipe in (helper.proc.stdin, helper.proc.stdout):
                 with contextlib.suppress(OSError, ValueError):
@@ -196,22 +273,45 @@ class Relay:
                         pipe.close()
 
     def close(self, timeout_s: float) -> None:
-        """Close the helper's stdin and wait for it to send what it holds (killed after ``timeout_s``)."""
-        helper, self._helper = self._helper, None
+        """Write out the outbox, close the helper's stdin and wait for it to send what it holds
+        (killed after ``timeout_s``; what it could not take is counted as failed)."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            self._changed.wait_for(lambda: not self._outbox, timeout_s)
+            self._stopping = True
+            self._changed.notify_all()
+        writer = self._writer
+        if writer is not None:
+            writer.join(max(0.0, deadline - time.monotonic()))
+            if writer.is_alive():  # blocked on a pipe the helper stopped reading: ending it frees the write
+                with self._starting:
+                    helper = self._helper
+                if helper is not None:
+                    logger.warning("toolmeter: the forwarding helper did not take its input within %.0f s; "
+                                   "stopping it", timeout_s)  # fmt: skip
+                    helper.proc.kill()
+                writer.join(5)
+        with self._lock:
+            left = sum(spans for _, _, spans in self._outbox)
+            self._outbox.clear()
+            self._outbox_bytes = 0
+            self.failed += left
+        with self._starting:
+            helper, self._helper = self._helper, None
         if helper is None:
             return
         with contextlib.suppress(OSError, ValueError):
             assert helper.proc.stdin is not None
             helper.proc.stdin.close()
         try:
-            helper.proc.wait(timeout=timeout_s)
+            helper.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             logger.warning("toolmeter: the forwarding helper did not finish within %.0f s; stopping it", timeout_s)
             helper.proc.kill()
             helper.proc.wait()
         # its answers are read to the end before counters are read
         with self._lock:
-            self._answer.wait_for(lambda: helper.answered >= helper.handed, 5)
+            self._changed.wait_for(lambda: helper.answered >= helper.handed, 5)
 
 
 # --- the helper process ------------------------------------------------------------------------

@@ -180,7 +180,7 @@ def test_the_helpers_encoding_equals_the_sdks_field_for_field() -> None:
     from opentelemetry.trace import Link, NonRecordingSpan, SpanKind, TraceFlags, TraceState, set_span_in_context
     from opentelemetry.trace import SpanContext as Ctx
 
-    from collector.agent.frames import encode, flatten
+    from collector.agent.frames import _read, _read_sdk, encode, flatten
 
     class Keep(SpanProcessor):
         def __init__(self) -> None:
@@ -214,6 +214,14 @@ def test_the_helpers_encoding_equals_the_sdks_field_for_field() -> None:
     tool = next(i for i, (s, _, _) in enumerate(spans) if s.name.startswith("execute_tool"))  # type: ignore[attr-defined]
     spans[tool] = (spans[tool][0], "the raw result", b"the view")
     resources, scopes, flat = flatten(spans)  # type: ignore[arg-type]
+    # the SDK's spans are read from their instance dict; any other span through its properties:
+    # the two readings agree field for field (events and links as sequences)
+    for span, _, _ in spans:
+        fast, public = _read_sdk(span), _read(span)  # type: ignore[arg-type]
+        assert [list(v) if i in (12, 14) else v for i, v in enumerate(fast)] == [
+            list(v) if i in (12, 14) else v for i, v in enumerate(public)
+        ]
+    assert any(_read_sdk(s)[13] for s, _, _ in spans) and any(_read_sdk(s)[3] for s, _, _ in spans)  # type: ignore[arg-type]
     ours = ExportTraceServiceRequest.FromString(encode(resources, scopes, flat))
     sdk = encode_spans(_rebuild(resources, scopes, flat))
     assert ours == sdk
@@ -252,3 +260,34 @@ def test_payloads_added_in_this_thread_keep_the_count_of_attributes_the_sdk_drop
     assert copy.attributes["toolmeter.raw"] == "raw text" and copy.dropped_attributes == 2
     (encoded,) = encode_spans([copy]).resource_spans[0].scope_spans[0].spans
     assert encoded.dropped_attributes_count == 2
+
+
+def test_a_batch_handed_on_holds_no_span_while_the_helper_is_behind() -> None:
+    # the helper stuck on a receiver that never answers: the batch waits as bytes, and the
+    # spans themselves (what the agent's garbage collector would walk) are released at once
+    import gc
+    import socket
+    import weakref
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        relay = Relay(f"http://127.0.0.1:{silent.getsockname()[1]}")
+        provider = TracerProvider(shutdown_on_exit=False)
+        refs = []
+        for batch in range(3):
+            spans = []
+            for i in range(50):
+                attrs = {**TOOL, "gen_ai.tool.call.result": f"{batch}-{i} " + "x" * 2000}
+                with provider.get_tracer("t").start_as_current_span("execute_tool t", attributes=attrs) as span:
+                    pass
+                spans.append((span, None, None))
+            refs += [weakref.ref(s) for s, _, _ in spans]
+            relay.send(spans)  # type: ignore[arg-type]
+            del spans, span
+        gc.collect()
+        assert all(r() is None for r in refs)
+        assert relay.sent == 0 and not relay.flush(0.5)  # nothing answered yet
+        relay.close(3)
+    assert (relay.sent, relay.failed) == (0, 150)
+    assert relay._helper is None
