@@ -19,6 +19,7 @@ Usage: ``python benchmarks/bench_collector.py [--spans N] [--rounds R] [--work-u
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -26,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -61,12 +63,31 @@ def _payloads() -> list[str]:
 
 
 IDLE_BASELINE = "BatchSpanProcessor, worker idle (baseline below)"
+IDLE_VARIANT = "ToolResultProcessor, on_end only (worker idle)"
+BATCH = "BatchSpanProcessor + no-op exporter"
 WARM_UNITS = 200
 """Spans each variant of the agent-work table makes before it is timed."""
 
 
-def agent_side(spans: int, rounds: int, result: str, port: int, receiver_pid: int) -> list[tuple[str, float]]:
-    """Median over rounds of the time per tool span, on the agent's thread."""
+def _other_threads_cpu() -> dict[int, float]:
+    """CPU seconds of each thread of this process but the calling one, by thread id."""
+    me = threading.get_ident()
+    out = {}
+    for t in threading.enumerate():
+        if t.ident is not None and t.ident != me:
+            with contextlib.suppress(OSError):  # ended meanwhile
+                out[t.ident] = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+    return out
+
+
+def agent_side(
+    spans: int, rounds: int, result: str, port: int, receiver_pid: int
+) -> list[tuple[str, float, float, float, float, float]]:
+    """Medians over rounds, per tool span: wall time on the agent's thread, that thread's own
+    CPU, the CPU of the processor's threads (its worker; the relay's threads) while the agent
+    ran and until the processor had handed on every span; then the first two as ratios to
+    the baseline's run in the same round. The processor's threads take the GIL from the
+    agent, so their CPU is what the agent waits for."""
     tmp = tempfile.mkdtemp(prefix="toolmeter-bench-")
 
     def no_processor() -> tuple[TracerProvider, object]:
@@ -108,26 +129,41 @@ def agent_side(spans: int, rounds: int, result: str, port: int, receiver_pid: in
         tp.add_span_processor(p)
         return tp, p
 
-    variants = [("no processor", no_processor), ("BatchSpanProcessor + no-op exporter", batch_noop),
+    variants = [("no processor", no_processor), (BATCH, batch_noop),
                 ("ToolResultProcessor, forwarding mode", forwarding),
                 ("ToolResultProcessor, in-process (worker measuring)", toolmeter),
                 (IDLE_BASELINE, batch_idle),
-                ("ToolResultProcessor, on_end only (worker idle)", toolmeter_idle)]  # fmt: skip
-    results: dict[str, list[float]] = {name: [] for name, _ in variants}
+                (IDLE_VARIANT, toolmeter_idle)]  # fmt: skip
+    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _ in variants}
     attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_orders",
              "gen_ai.tool.call.result": result}  # fmt: skip
-    for _ in range(rounds):
-        for name, make in variants:  # interleaved, so drift hits every variant alike
+    for r in range(rounds):
+        for name, make in variants[r % len(variants) :] + variants[: r % len(variants)]:  # each in every place
             tp, _p = make()
             tracer = tp.get_tracer("bench")
-            t0 = time.perf_counter()
+            before = _other_threads_cpu()
+            t0, c0 = time.perf_counter(), time.thread_time()
             for _i in range(spans):
                 with tracer.start_as_current_span("execute_tool search_orders", attributes=attrs):
                     pass
-            results[name].append((time.perf_counter() - t0) / spans)
+            wall, own = time.perf_counter() - t0, time.thread_time() - c0
+            if name not in (IDLE_BASELINE, IDLE_VARIANT):  # the idle ones hold their spans until shutdown
+                tp.force_flush()
+            after = _other_threads_cpu()
+            others = sum(cpu - before.get(ident, 0.0) for ident, cpu in after.items())
+            results[name].append((wall / spans, own / spans, others / spans))
             tp.shutdown()
             _wait_idle(receiver_pid)
-    return [(name, statistics.median(v)) for name, v in results.items()]
+    # this machine's speed drifts by a fifth over seconds: each run is compared with its
+    # baseline's run of the same round, and the ratios' median is the figure
+    out = []
+    for name, v in results.items():
+        base = results[IDLE_BASELINE if name in (IDLE_BASELINE, IDLE_VARIANT) else BATCH]
+        wall, own, others = (statistics.median(r[i] for r in v) for i in range(3))
+        wall_ratio = statistics.median(r[0] / b[0] for r, b in zip(v, base, strict=True))
+        own_ratio = statistics.median(r[1] / b[1] for r, b in zip(v, base, strict=True))
+        out.append((name, wall, own, others, wall_ratio, own_ratio))
+    return out
 
 
 def on_end_alone(calls: int = 100_000) -> list[tuple[str, float]]:
@@ -343,12 +379,13 @@ def report(args: argparse.Namespace, port: int, receiver_pid: int) -> None:
     result = json.dumps([{"id": i, "status": "paid", "amount": i * 1.5} for i in range(20)])
     print(f"1. agent-side time per tool span ({args.spans:,} spans x {args.rounds} rounds, median; 1 KB result)")
     rows = agent_side(args.spans, args.rounds, result, port, receiver_pid)
-    base = dict(rows)["BatchSpanProcessor + no-op exporter"]
-    print(f"   {'variant':<50} {'us/span':>9} {'vs Batch':>9}")
-    for name, sec in rows:
-        if name == IDLE_BASELINE:
-            base = sec
-        print(f"   {name:<50} {sec * 1e6:>9.2f} {sec / base:>8.2f}x")
+    print("   (wall: the agent's time a span; agent CPU: its thread's own; processor CPU: the")
+    print("   processor's threads, until every span was handed on. 'vs Batch': the median over rounds of")
+    print("   each run against the Batch row above it in the same round)")
+    print(f"   {'variant':<50} {'us/span':>9} {'vs Batch':>9} {'agent CPU':>10} {'vs Batch':>9} {'proc. CPU':>10}")
+    for name, wall, own, others, wall_ratio, own_ratio in rows:
+        print(f"   {name:<50} {wall * 1e6:>9.2f} {wall_ratio:>8.2f}x {own * 1e6:>10.2f} {own_ratio:>8.2f}x "
+              f"{others * 1e6:>10.2f}")  # fmt: skip
     print("\n   on_end alone (timeit, 100,000 calls of one finished span)")
     rows2 = on_end_alone()
     base2 = rows2[0][1]
