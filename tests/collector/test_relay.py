@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from opentelemetry.sdk.resources import Resource
@@ -89,14 +92,18 @@ def test_a_helper_that_dies_is_counted_and_the_next_batch_starts_a_new_one(serve
         assert con.execute("SELECT count(*) FROM tool_calls").fetchone() == (2,)
 
 
-def test_spans_a_helper_held_when_it_died_are_counted_as_failed() -> None:
-    # a receiver that never answers: the helper holds the batch in its retries when it is killed
-    import socket
-
+@contextlib.contextmanager
+def _silent_relay() -> Iterator[Relay]:
+    """A relay to a receiver that accepts connections and never answers."""
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
-        relay = Relay(f"http://127.0.0.1:{silent.getsockname()[1]}")
+        yield Relay(f"http://127.0.0.1:{silent.getsockname()[1]}")
+
+
+def test_spans_a_helper_held_when_it_died_are_counted_as_failed() -> None:
+    # a receiver that never answers: the helper holds the batch in its retries when it is killed
+    with _silent_relay() as relay:
         provider = TracerProvider(shutdown_on_exit=False)
         with provider.get_tracer("t").start_as_current_span("execute_tool t", attributes=TOOL) as span:
             pass
@@ -266,13 +273,9 @@ def test_a_batch_handed_on_holds_no_span_while_the_helper_is_behind() -> None:
     # the helper stuck on a receiver that never answers: the batch waits as bytes, and the
     # spans themselves (what the agent's garbage collector would walk) are released at once
     import gc
-    import socket
     import weakref
 
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen()
-        relay = Relay(f"http://127.0.0.1:{silent.getsockname()[1]}")
+    with _silent_relay() as relay:
         provider = TracerProvider(shutdown_on_exit=False)
         refs = []
         for batch in range(3):
