@@ -12,7 +12,7 @@ import logging
 import marshal
 import operator
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry.attributes import BoundedAttributes
@@ -40,6 +40,8 @@ LENGTH = struct.Struct("<I")
 def _plain(attributes: Any) -> dict[str, Any]:
     """A span's, event's or resource's attributes as the dict behind them (immutable once the
     span ended), or a copy when the SDK stores them otherwise."""
+    if attributes.__class__ is BoundedAttributes:  # the SDK's own: no getattr, no isinstance
+        return attributes._dict  # type: ignore[no-any-return]
     backing = getattr(attributes, "_dict", None)
     if isinstance(backing, dict):
         return backing
@@ -49,7 +51,6 @@ def _plain(attributes: Any) -> dict[str, Any]:
 _KIND = {id(kind): kind.value for kind in SpanKind}
 _CODE = {id(code): code.value for code in StatusCode}
 """Keyed by identity: an enum member's own hash runs Python code, ``id`` does not."""
-_EMPTY_STATE = DEFAULT_TRACE_STATE
 
 _SDK_FIELDS = operator.itemgetter(
     "_name", "_context", "_parent", "_kind", "_start_time", "_end_time", "_attributes", "_events", "_links",
@@ -68,14 +69,17 @@ def _read(span: ReadableSpan) -> tuple[Any, ...]:
     state = ctx.trace_state if ctx else None
     bounded = getattr(span, "_attributes", None)
     events = getattr(span, "_events", None)
+    if events is None:
+        events = span.events
     links = getattr(span, "_links", None)
+    if links is None:
+        links = span.links
     return (
         span.name, ctx.trace_id if ctx else 0, ctx.span_id if ctx else 0, _state_text(state) if state else None,
         parent.span_id if parent else None, bool(parent.is_remote) if parent else False,
         span.kind, span.start_time, span.end_time, bounded if bounded is not None else span.attributes,
         status.status_code, status.description,
-        events if events is not None else span.events, getattr(events, "dropped", 0),
-        links if links is not None else span.links, getattr(links, "dropped", 0),
+        events, getattr(events, "dropped", 0), links, getattr(links, "dropped", 0),
         span.resource, span.instrumentation_scope,
     )  # fmt: skip
 
@@ -97,19 +101,22 @@ def _read_sdk(span: ReadableSpan) -> tuple[Any, ...]:
     ):
         return _read(span)
     state = ctx[4]
-    # BoundedList: its deque, and its count of dropped items (a Python __len__ and __iter__ otherwise)
-    bounded_events: Any = events
-    bounded_links: Any = links
-    events, dropped_events = (
-        (bounded_events._dq, bounded_events.dropped) if events.__class__ is BoundedList else (events, 0)
-    )
-    links, dropped_links = (bounded_links._dq, bounded_links.dropped) if links.__class__ is BoundedList else (links, 0)
+    events, dropped_events = _items(events)
+    links, dropped_links = _items(links)
     return (
-        name, ctx[0], ctx[1], None if state is _EMPTY_STATE or not state else _state_text(state),
+        name, ctx[0], ctx[1], None if state is DEFAULT_TRACE_STATE or not state else _state_text(state),
         parent[1] if parent is not None else None, bool(parent[2]) if parent is not None else False,
         kind, start, end, bounded, status._status_code, status._description,
         events, dropped_events, links, dropped_links, resource, scope,
     )  # fmt: skip
+
+
+def _items(seq: Any) -> tuple[Any, int]:
+    """A span's events or links and the count its SDK dropped: a BoundedList's own deque (its
+    ``__len__`` and ``__iter__`` are Python calls, the latter under a lock)."""
+    if seq.__class__ is BoundedList:
+        return seq._dq, seq.dropped  # type: ignore[attr-defined]
+    return seq, getattr(seq, "dropped", 0)
 
 
 def _state_text(state: Any) -> str:
@@ -145,9 +152,7 @@ def flatten(
                 (scope.name, scope.version, scope.schema_url, _plain(scope.attributes)) if scope is not None else None
             )
         # the SDK's own store (immutable once the span ended); see _plain
-        attrs: Mapping[str, Any] = bounded._dict if bounded.__class__ is BoundedAttributes else _plain(bounded)
-        if raw is not None or view is not None:
-            attrs = with_payload_attributes(attrs, raw, view)
+        attrs = with_payload_attributes(_plain(bounded), raw, view)
         append((
             name, trace_id, span_id, state, parent_id, parent_remote, _KIND.get(id(kind), 0), start, end,
             attrs, getattr(bounded, "dropped", 0), _CODE.get(id(code), 0), description,
