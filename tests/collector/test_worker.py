@@ -157,3 +157,49 @@ def test_each_episode_of_drops_is_warned_and_reported(caplog, episodes: int) -> 
     assert sum("queue is full" in m for m in messages) == episodes
     assert sum("room again" in m for m in messages) == episodes
     assert w.shutdown(10)
+
+
+def test_with_fill_bytes_a_stream_of_puts_is_exported_in_full_batches_and_a_lone_one_soon() -> None:
+    seen: list[list[int]] = []
+    exported = threading.Event()
+
+    def export(batch: list[int]) -> None:
+        seen.append(batch)
+        exported.set()
+
+    w, _ = make(export, max_items=1000, max_bytes=10**6, batch_items=1000, batch_bytes=10**6, interval=30,
+                fill_bytes=100, linger_s=0.2)  # fmt: skip
+    try:
+        for i in range(9):  # a stream: 90 bytes, short of the fill, items 10 ms apart
+            w.put(i, 10)
+            time.sleep(0.01)
+        assert seen == []  # waiting for the fill while items keep coming
+        w.put(9, 10)  # the fill: exported at once, as one batch
+        assert exported.wait(10)
+        assert seen == [list(range(10))]
+        exported.clear()
+        started = time.monotonic()
+        w.put(10, 1)  # a lone item: out once the items stopped coming for linger_s, not after the interval
+        assert exported.wait(10)
+        assert 0.15 <= time.monotonic() - started < 10 and seen[-1] == [10]
+        for i in range(11, 14):
+            w.put(i, 1)
+        assert w.flush(10) and seen[-1] == [11, 12, 13]  # a flush does not wait for the fill
+    finally:
+        assert w.shutdown(10)
+
+
+def test_with_fill_bytes_items_that_keep_coming_wait_no_longer_than_the_interval() -> None:
+    seen: list[list[int]] = []
+    w, _ = make(seen.append, max_items=10**6, max_bytes=10**9, batch_items=10**6, batch_bytes=10**9,
+                interval=0.3, fill_bytes=10**9, linger_s=0.1)  # fmt: skip
+    try:
+        started = time.monotonic()
+        i = 0
+        while not seen and time.monotonic() - started < 10:  # a stream that never fills
+            w.put(i, 1)
+            i += 1
+            time.sleep(0.01)
+        assert seen and 0.25 <= time.monotonic() - started < 5
+    finally:
+        assert w.shutdown(10)
