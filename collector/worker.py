@@ -168,7 +168,7 @@ class BatchWorker(Generic[T]):
             self._held_bytes += size
             self._accepted += 1
             self._last_put = now
-            full = self.fill_bytes is None or self._held_bytes - self._exporting >= self.fill_bytes
+            full = self.fill_bytes is None or self._queued_bytes() >= self.fill_bytes
         if full:
             self._wake.set()
 
@@ -230,6 +230,10 @@ class BatchWorker(Generic[T]):
             size += entry[1]
         return entries
 
+    def _queued_bytes(self) -> int:
+        """Bytes queued, not counting the batch being exported (holding ``_lock``)."""
+        return self._held_bytes - self._exporting
+
     def _gathering(self) -> bool:
         """Whether to let queued items wait for more (see ``fill_bytes``) rather than export them now."""
         if self.fill_bytes is None or self._flushes or self.stopping.is_set():
@@ -238,17 +242,13 @@ class BatchWorker(Generic[T]):
         with self._lock:
             return (
                 bool(self._queue)
-                and self._held_bytes - self._exporting < self.fill_bytes
+                and self._queued_bytes() < self.fill_bytes
                 and now - self._last_put < self.linger_s
                 and now - self._first_put < self.interval
             )
 
     def _drain(self) -> None:
-        first = True
         while not self.paused or self.stopping.is_set():
-            if not first and self._gathering():
-                return  # the thread comes back when the queue fills or the items stop coming
-            first = False
             with self._lock:
                 if not self._queue:
                     self._report_drops()
@@ -267,6 +267,8 @@ class BatchWorker(Generic[T]):
                 self._held_bytes -= size
                 self._done += n
                 self._idle.notify_all()
+            if self._gathering():
+                return  # the thread comes back when the queue fills or the items stop coming
 
     def _export_with_retry(self, batch: list[T]) -> None:
         """Export ``batch``, retrying while it fails with ``retry_on``, until it is written or given up.

@@ -57,7 +57,8 @@ spans) when it has them: large enough that a write's fixed cost (opening the fil
 checkpoint at its close, which rewrites the rows that went through the log) is spread, small
 enough that the workers measure the next slice meanwhile. The writer waits for this much
 (at most the flush interval, and not once requests stop coming): on a 2-core machine a write
-of 14,000 small spans cost ~20-28 us a span, of 6,000 ~38-48 and of 3,000 ~66-86."""
+of 14,000 small spans cost ~29-35 us a span, of 7,000 ~34-38 and of 3,000 ~68-79
+(``benchmarks/bench_flush.py --batch N``; BENCHMARKS.md)."""
 MEASURE_AHEAD = 2
 """Slices of a batch being measured while one is written. With one, a worker that finished its
 share of the next slice waited for the write to end: a slice's shares take unequal times
