@@ -29,7 +29,7 @@ from collector.dialects.messages import (
     responses_from_logs,
     tool_responses,
 )
-from collector.dialects.spans import LLM, TOOL, extract_llm_call, extract_tool_call
+from collector.dialects.spans import LLM, TOOL, attribute_value_limit, extract_llm_call, extract_tool_call
 from collector.errors import RejectedRows, StoreError
 from collector.joins import ORDER_WARNING, ViewJoins
 from collector.measure.measurement import measure, without_surrogates
@@ -171,11 +171,12 @@ class Pipeline:
         """
         calls: dict[int, ToolCall] = {}
         failed: dict[int, Exception] = {}
+        limit = attribute_value_limit()
         for item in items:
             if item.kind != TOOL:
                 continue
             try:
-                call, found = extract_tool_call(item.span, item.raw, item.view)
+                call, found = extract_tool_call(item.span, item.raw, item.view, value_limit=limit)
             except Exception as e:  # reported per item in build_batch
                 failed[id(item)] = e
                 continue
@@ -315,7 +316,7 @@ class Pipeline:
         batch.stats = stats
         # the view of a call may sit in another batch: an earlier LLM call's input, or a later one
         touched = {r["trace_id"] for r in batch.message_rows}
-        touched |= {trace for trace, source in batch.tool_values("trace_id", "view_source") if source == "raw"}
+        touched |= batch.tool_traces("view_source", "raw")
         batch.join_traces = sorted(touched)
         result = self.store.write(batch)
         self.refresh_rollups(force=False)

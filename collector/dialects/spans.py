@@ -17,7 +17,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from collector.dialects import attributes as A
 from collector.dialects.conventions import (
@@ -123,10 +123,21 @@ def attribute_value_limit() -> int | None:
         return None
 
 
+READ_LIMIT: Final = -1
+"""``value_limit`` of :func:`extract_tool_call` that reads the limit from the environment."""
+
+
 def extract_tool_call(
-    span: SpanData, raw: str | bytes | None = None, view: str | bytes | None = None
+    span: SpanData,
+    raw: str | bytes | None = None,
+    view: str | bytes | None = None,
+    *,
+    value_limit: int | None = READ_LIMIT,
 ) -> tuple[ToolCall, list[Issue]]:
-    """Read one tool-call span; ``raw``/``view`` override the attributes (handed over in-process)."""
+    """Read one tool-call span; ``raw``/``view`` override the attributes (handed over in-process).
+
+    ``value_limit``: :func:`attribute_value_limit` as read once for a whole batch (reading the
+    environment costs ~2 us, a twentieth of measuring a small span); read here when not given."""
     attrs = span.attributes
     r = SpanReader(span)
     dialect = dialect_of(span.name, attrs)
@@ -146,7 +157,7 @@ def extract_tool_call(
     if raw_tokens_declared is None and span.name == A.CC_TOOL_SPAN:
         raw_tokens_declared = r.int_attr(A.CC_RESULT_TOKENS)  # Claude Code's own estimate, not a count
         raw_tokens_approximate = raw_tokens_declared is not None
-    warnings = _sdk_limit_warnings(span, result, raw_bytes) + _mcp_without_result(attrs, result, raw_bytes)
+    warnings = _sdk_limit_warnings(span, result, raw_bytes, value_limit) + _mcp_without_result(attrs, result, raw_bytes)
     retained = _retained(attrs, r)
     shape = _shape(attrs, r)
     texts = _Texts()
@@ -291,13 +302,15 @@ def _mcp_without_result(attrs: Mapping[str, Any], result: _Result, raw_bytes: in
     ]
 
 
-def _sdk_limit_warnings(span: SpanData, result: _Result, raw_bytes: int | None) -> list[str]:
-    """Say when the SDK's attribute limits probably cut the result or dropped attributes."""
+def _sdk_limit_warnings(span: SpanData, result: _Result, raw_bytes: int | None, limit: int | None) -> list[str]:
+    """Say when the SDK's attribute limits probably cut the result or dropped attributes
+    (``limit``: the value length limit, or :data:`READ_LIMIT`)."""
     warnings: list[str] = []
     key, attr = result.key, result.attr
-    # the limit is read only for a result that could have met it: reading the environment costs
-    # ~2 us, a tenth of reading a small tool span
-    limit = attribute_value_limit() if key and isinstance(attr, str) and raw_bytes is None else None
+    if not (key and isinstance(attr, str) and raw_bytes is None):
+        limit = None  # a result that could not have met it
+    elif limit == READ_LIMIT:
+        limit = attribute_value_limit()
     if limit and len(attr) == limit:  # type: ignore[arg-type]
         warnings.append(
             f"raw result ({key}) is exactly {limit} characters, the OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT: "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from itertools import chain
+from itertools import chain, repeat
 from operator import itemgetter
 from typing import Any
 
@@ -141,6 +141,77 @@ def schema_of(parsed: Any) -> tuple[str, list[str], bool]:
         (fingerprint, sorted ``path:type`` fields, complete) where ``complete`` is False
         when :data:`MAX_SCHEMA_NODES` stopped the walk.
     """
+    signed = _signature(parsed, SIGNATURE_DEPTH)
+    if signed is not None and signed[1] <= MAX_SCHEMA_NODES:
+        known = _by_signature.get(signed[0])
+        if known is not None:
+            return known[0], list(known[1]), True
+    fingerprint, fields, complete = _walk(parsed)
+    if signed is not None and complete:
+        if len(_by_signature) >= 4096:  # bounded: a stream of ever-new structures
+            _by_signature.clear()
+        _by_signature[signed[0]] = (fingerprint, tuple(fields))
+    return fingerprint, fields, complete
+
+
+SIGNATURE_DEPTH = 4
+"""How deep :func:`_signature` follows records inside records before it gives up."""
+_SCALARS: frozenset[type] = frozenset({bool, int, float, str, type(None)})
+_by_signature: dict[Any, tuple[str, tuple[str, ...]]] = {}
+"""Memo of a structure's signature (:func:`_signature`) to its (fingerprint, fields)."""
+
+
+def _signature(value: Any, depth: int) -> tuple[Any, int] | None:
+    """(a key that determines :func:`schema_of`'s answer for ``value``, how many values it holds),
+    or None when ``value`` is not of the shapes worked out here.
+
+    Most results are a list of flat records with one set of keys, a record of scalars, or a
+    record holding such lists: their key is taken from the keys and from the value types row by
+    row, by loops that run in C (``map``, ``set``). Walking them, column by column, was ~12 us
+    of the ~70 us of measuring a 14-row result; the key takes about a third of that. Any other
+    value (rows of differing keys, lists of lists, subclasses of the JSON types) returns None
+    and is walked."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return kind, 1
+    if depth <= 0:
+        return None
+    if kind is list:
+        if not value:
+            return ("[]",), 1
+        kinds = set(map(type, value))
+        if kinds <= _SCALARS:
+            return ("[s]", frozenset(kinds)), 1 + len(value)
+        if kinds != {dict}:
+            return None
+        keysets = set(map(tuple, value))
+        if len(keysets) != 1:
+            return None
+        rows = frozenset(map(tuple, map(map, repeat(type), map(dict.values, value))))
+        if not set().union(*rows) <= _SCALARS:
+            return None
+        keys = keysets.pop()
+        return ("[r]", keys, rows), 1 + len(value) * (1 + len(keys))
+    if kind is not dict:
+        return None
+    parts: list[Any] = []
+    nodes = 1
+    for child in value.values():
+        child_kind = type(child)
+        if child_kind in _SCALARS:
+            parts.append(child_kind)
+            nodes += 1
+            continue
+        signed = _signature(child, depth - 1)
+        if signed is None:
+            return None
+        parts.append(signed[0])
+        nodes += signed[1]
+    return ("{}", tuple(value), tuple(parts)), nodes
+
+
+def _walk(parsed: Any) -> tuple[str, list[str], bool]:
+    """:func:`schema_of` by walking ``parsed`` (a column at a time, see :func:`_column`)."""
     types: dict[str, set[str]] = {}
     stack: list[tuple[str, Any]] = [("$", parsed)]
     columns: list[tuple[str, list[Any]]] = []

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from collector.store import columns
 
@@ -57,14 +58,20 @@ class Batch:
         """The rows of ``table`` (one of :data:`PACKED`) as one Arrow table, packed or not; None: none."""
         rows = self._rows(table)
         parts = [columns.table_of(rows, columns.TABLES[table])] if rows else []
-        parts += [t for t in self.packed.get(table, ()) if t.num_rows]  # rows first, as tool_values
+        parts += [t for t in self.packed.get(table, ()) if t.num_rows]  # rows first, as tool_dicts
         if not parts:
             return None
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
-    def tool_values(self, *names: str) -> list[tuple[Any, ...]]:
-        """The tool calls' values of the columns ``names``, a tuple per call, packed or not."""
-        return [tuple(row.get(n) for n in names) for row in self.tool_rows] + self._packed_values(names)
+    def tool_traces(self, column: str, value: str) -> set[str]:
+        """The trace ids of the tool calls whose ``column`` is ``value``, packed or not. Packed
+        calls are selected in Arrow: through Python (a tuple per call) it took ~4 us a small span,
+        a sixth of the writer's time."""
+        traces = {row["trace_id"] for row in self.tool_rows if row.get(column) == value}
+        for t in self.packed.get("tool_calls", ()):
+            chosen = pc.filter(t.column("trace_id"), pc.equal(t.column(column), value))
+            traces.update(pc.unique(chosen).to_pylist())
+        return traces
 
     def tool_dicts(self, *names: str) -> list[dict[str, Any]]:
         """The tool calls as dicts of the columns ``names`` (all of a row when not packed)."""

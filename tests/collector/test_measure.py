@@ -290,6 +290,31 @@ _JSON = st.recursive(
 def test_the_fingerprint_walk_gives_what_visiting_every_value_gives(parsed: object) -> None:
     fingerprint, fields, complete = schema_of(parsed)
     assert (fingerprint, fields) == schema_by_every_value(parsed) and complete
+    assert schema_of(parsed) == (fingerprint, fields, True)  # again: from the memo when it has a signature
+
+
+def test_structures_alike_but_for_a_type_a_key_or_a_nested_list_get_their_own_answer() -> None:
+    from collections import OrderedDict
+
+    alike = [
+        [{"id": 1, "s": "a"}, {"id": 2, "s": "b"}],
+        [{"id": 1, "s": None}, {"id": 2, "s": "b"}],  # a null among the strings
+        [{"id": True, "s": "a"}],  # a boolean is not an integer
+        [{"s": "a", "id": 1}],  # the same keys in another order
+        [{"id": 1, "s": ["a"]}],  # a list where a string was: walked
+        [{"id": 1}, {"id": 2, "s": "b"}],  # rows of differing keys: walked
+        [OrderedDict(id=1, s="a")],  # a subclass of dict: walked
+        {"items": [{"id": 1, "s": "a"}], "total": 1},
+        {"items": [{"id": 1, "s": "a"}], "total": None},
+        {"items": [], "total": 1},
+        {"items": [1, 2.5], "total": 1},
+        [],
+        {},
+        [[1], [2]],
+    ]
+    for parsed in alike * 2:  # the second pass answers from the memo
+        fingerprint, fields, complete = schema_of(parsed)
+        assert (fingerprint, fields) == schema_by_every_value(parsed) and complete
 
 
 def test_the_column_walk_gives_the_row_walk_answer_for_mixed_rows_and_subclasses() -> None:

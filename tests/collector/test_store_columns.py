@@ -134,7 +134,8 @@ def test_a_packed_batch_reads_as_the_rows_it_was_made_of() -> None:
     assert table is not None and table.schema == columns.TOOL_CALLS and table.num_rows == 7
     assert table.column("span_id").to_pylist() == ["s0", "s1", "s0", "s1", "s2", "s3", "s4"]
     assert table.column("warnings").to_pylist()[0] == ["w"]
-    assert plain.tool_values("trace_id", "view_source")[2:] == [(r["trace_id"], r["view_source"]) for r in rows]
+    assert plain.tool_traces("view_source", "raw") == {"t1", "t3"}  # from the rows and from the tables
+    assert Batch(tool_rows=[{"trace_id": "t9", "view_source": None}]).tool_traces("view_source", "raw") == set()
     assert plain.tool_dicts("trace_id")[3] == {"trace_id": "t1"}
     loaded = plain.arrow("payloads")
     assert loaded is not None and loaded.column("inline").to_pylist() == [b"{}"]
