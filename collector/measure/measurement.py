@@ -163,6 +163,9 @@ def _wrapper_size(call: ToolCall, texts: _Texts, raw: Size, counter: TokenCounte
 def _view_size(call: ToolCall, texts: _Texts, raw: Size, counter: TokenCounter) -> tuple[Size, str]:
     """Step 4: bytes and tokens of what the model was shown, and where those figures come from."""
     if texts.view_text is not None and texts.view_data is not None:
+        if texts.view_data == texts.raw_data and raw.tokens is not None and raw.byte_count == len(texts.raw_data):
+            # the model was shown the whole raw (a message view mostly is): counted once
+            return Size(raw.byte_count, raw.tokens, raw.exact), call.view_origin or "view"
         counted = counter.count(texts.view_text)
         return Size(len(texts.view_data), counted.tokens, counted.exact), call.view_origin or "view"
     if call.view_bytes_declared is not None or call.view_tokens_declared is not None:

@@ -65,6 +65,25 @@ def test_view_equal_to_raw_is_not_truncated(counter) -> None:  # type: ignore[no
     assert row["retained_ranges"] == [[0, len(raw)]]
 
 
+def test_a_view_that_is_the_raw_is_counted_once_and_a_cut_raw_is_not_taken_for_its_view(counter, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    raw = realworld("kubectl-neat__fixtures__list1-raw__kubectl_get_pods_o_json.json").decode()
+    texts: list[str] = []
+    count = counter.count
+
+    def counting(text: str):  # type: ignore[no-untyped-def]
+        texts.append(text)
+        return count(text)
+
+    monkeypatch.setattr(counter, "count", counting)  # the counter is shared by the session's tests
+    row = measure(call(raw=raw, view=raw), counter).row()
+    assert row["view_tokens"] == row["raw_tokens"] == len(get_encoding("o200k_base").encode_ordinary(raw))
+    assert row["view_bytes"] == row["raw_bytes"] and len(texts) == 1
+    # received cut (an attribute limit): the raw's tokens are an estimate, the view's a count of its own
+    cut = measure(call(raw=raw, view=raw, raw_bytes_declared=len(raw) * 2), counter).row()
+    assert cut["raw_tokens_exact"] is False and cut["view_tokens_exact"] is True
+    assert cut["view_tokens"] == row["view_tokens"] and len(texts) == 3
+
+
 def test_no_view_means_the_model_saw_the_raw(counter) -> None:  # type: ignore[no-untyped-def]
     row = measure(call(raw="hello world"), counter).row()
     assert row["view_source"] == "raw"
