@@ -184,7 +184,9 @@ class Pipeline:
             if call.view is None and call.tool_call_id is not None:
                 seen = views.get((call.trace_id, call.tool_call_id))
                 if seen is not None:  # the model's input in this batch says what it saw
-                    call = replace(call, view=seen[0].text, view_origin="message", view_join="call_id")
+                    # made just above and not handed on yet: completed in place (a replace of its
+                    # 37 fields cost ~5 us, a twentieth of measuring a call with its model span)
+                    call.view, call.view_origin, call.view_join = seen[0].text, "message", "call_id"
             calls[id(item)] = call
         idless = [
             matching.Call(key, c.trace_id, c.tool_name, c.start_ns, c.end_ns, c.raw)

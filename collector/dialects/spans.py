@@ -134,10 +134,8 @@ def extract_tool_call(
     *,
     value_limit: int | None = READ_LIMIT,
 ) -> tuple[ToolCall, list[Issue]]:
-    """Read one tool-call span; ``raw``/``view`` override the attributes (handed over in-process).
-
-    ``value_limit``: :func:`attribute_value_limit` as read once for a whole batch (reading the
-    environment costs ~2 us, a twentieth of measuring a small span); read here when not given."""
+    """Read one tool-call span; ``raw``/``view`` override the attributes (handed over in-process);
+    ``value_limit``: :func:`attribute_value_limit`, read once a batch (~2 us) or else here."""
     attrs = span.attributes
     r = SpanReader(span)
     dialect = dialect_of(span.name, attrs)
