@@ -193,6 +193,16 @@ _BLOCK_KEYS = frozenset({"type", "toolResult", "toolUse", "function_response", "
                          "functionCall", "text"})  # fmt: skip
 
 
+_BLOCK_MARKERS = tuple(f'"{k}"' for k in (*_BLOCK_KEYS, "parts"))
+
+
+def _may_be_blocks(text: str) -> bool:
+    """Whether a message's string content may be JSON-encoded content blocks (or a Google
+    Content), which are parsed to be read. A tool result carried as JSON text has none of their
+    keys, and is not parsed: every later model call of a run repeats every result before it."""
+    return text[:1] in ("[", "{") and any(marker in text for marker in _BLOCK_MARKERS)
+
+
 def _looks_like_blocks(value: Any) -> bool:
     if isinstance(value, Mapping):
         return isinstance(value.get("parts"), list)
@@ -211,7 +221,7 @@ def _message(conv: _Conversation, m: Mapping[str, Any]) -> None:
             fn = tc.get("function")
             conv.call(tc.get("id"), (fn.get("name") if isinstance(fn, Mapping) else None) or tc.get("name"))
     given = m.get("content")
-    content = _maybe_json(given)
+    content = _maybe_json(given) if not isinstance(given, str) or _may_be_blocks(given) else given
     if isinstance(given, str) and not _looks_like_blocks(content):
         content = given  # a tool result that is JSON is text the model read, not content blocks
     parts = m.get("parts")

@@ -11,6 +11,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from collector.dialects.claude_code import (
     classify_log,
@@ -491,3 +493,20 @@ def test_claude_codes_tool_span_and_tool_result_event_are_one_row_across_batches
     with read_connection(pipeline.config.db) as con:
         rows = con.execute("SELECT tool_call_id, tool_name FROM tool_calls").fetchall()
     assert written == [1, 0] and rows == [(TOOL_RESULT["tool_use_id"], "Read")]
+
+
+_KEYS = st.sampled_from(["id", "status", "type", "text", "parts", "toolResult", "functionCall", "json", "value"])
+_CONTENT = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(_KEYS, kids, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(_CONTENT, st.sampled_from(["", " ", "\n"]))
+def test_string_content_left_unparsed_is_never_content_blocks(value: Any, pad: str) -> None:
+    from collector.dialects.messages import _looks_like_blocks, _may_be_blocks, _maybe_json
+
+    text = pad + json.dumps(value)
+    if not _may_be_blocks(text):  # a tool result as JSON text: read as the text itself, not parsed
+        assert not _looks_like_blocks(_maybe_json(text))
