@@ -73,6 +73,15 @@ def insert_new(
         within = (int(low), int(high)) if low is not None and high is not None else None
     if within is not None:
         match += f" AND t.{time_column} BETWEEN {within[0] - margin_ns} AND {within[1] + margin_ns}"
+    # most batches repeat no key: that is found on the keys alone, and the rows go in as they are
+    # (the anti-join below carries every column through a DISTINCT ON)
+    repeats = con.execute(
+        f"""SELECT EXISTS (SELECT 1 FROM {source} GROUP BY {", ".join(keys)} HAVING count(*) > 1)
+                OR EXISTS (SELECT 1 FROM {source} s JOIN {table} t ON {match})"""
+    ).fetchone()
+    if repeats is not None and not repeats[0]:
+        row = con.execute(f"INSERT INTO {table} BY NAME SELECT {select} FROM {source}").fetchone()
+        return int(row[0]) if row else 0
     row = con.execute(
         f"""INSERT INTO {table} BY NAME SELECT {select}
             FROM (SELECT DISTINCT ON ({", ".join(keys)}) * FROM {source}) AS s
