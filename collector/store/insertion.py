@@ -59,8 +59,9 @@ def insert_new(
     drops repeats inside ``source``. ``within``: that span, when the caller knows it already.
     ``time_column``: the column that span is of (``start_ns`` unless given).
 
-    ``fresh`` (a keyed table only): the rows are taken to be new, and a key already stored
-    raises ``duckdb.ConstraintException`` instead of being skipped (see :func:`insert_batch`).
+    ``fresh``: the rows are taken to be new. On a keyed table a key already stored raises
+    ``duckdb.ConstraintException`` instead of being skipped (see :func:`insert_batch`); on any
+    other, the keys alone are checked first, and the rows go in as they are when none repeats.
     """
     if keyed:
         verb = "INSERT" if fresh else "INSERT OR IGNORE"
@@ -73,13 +74,7 @@ def insert_new(
         within = (int(low), int(high)) if low is not None and high is not None else None
     if within is not None:
         match += f" AND t.{time_column} BETWEEN {within[0] - margin_ns} AND {within[1] + margin_ns}"
-    # most batches repeat no key: that is found on the keys alone, and the rows go in as they are
-    # (the anti-join below carries every column through a DISTINCT ON)
-    repeats = con.execute(
-        f"""SELECT EXISTS (SELECT 1 FROM {source} GROUP BY {", ".join(keys)} HAVING count(*) > 1)
-                OR EXISTS (SELECT 1 FROM {source} s JOIN {table} t ON {match})"""
-    ).fetchone()
-    if repeats is not None and not repeats[0]:
+    if fresh and not _repeats(con, table, source, keys, match):
         row = con.execute(f"INSERT INTO {table} BY NAME SELECT {select} FROM {source}").fetchone()
         return int(row[0]) if row else 0
     row = con.execute(
@@ -88,6 +83,17 @@ def insert_new(
             WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE {match})"""
     ).fetchone()
     return int(row[0]) if row else 0
+
+
+def _repeats(con: duckdb.DuckDBPyConnection, table: str, source: str, keys: tuple[str, ...], match: str) -> bool:
+    """Whether ``source`` repeats one of its own keys or one stored in ``table`` (``match``).
+    Read on the keys alone: the anti-join of :func:`insert_new` carries every column through a
+    DISTINCT ON, which for a batch of new small tool calls cost about half of inserting them."""
+    found = con.execute(
+        f"""SELECT EXISTS (SELECT 1 FROM {source} GROUP BY {", ".join(keys)} HAVING count(*) > 1)
+                OR EXISTS (SELECT 1 FROM {source} s JOIN {table} t ON {match})"""
+    ).fetchone()
+    return found is None or bool(found[0])
 
 
 def start_span(rows: pa.Table, column: str = "start_ns") -> tuple[int, int] | None:
@@ -297,12 +303,13 @@ def insert_batch(
 
     ``keyed``: the batch tables that have a primary key (default: none on a lake, all on a file).
 
-    ``fresh`` (keyed tables only): the batch's tool calls and payloads go in with a plain ``INSERT``,
-    which checks the keys about 2.5x faster than ``INSERT OR IGNORE`` in DuckDB 1.5.5 but
-    raises ``duckdb.ConstraintException`` on a key already stored (a span sent twice, a spool
-    replayed); the caller then rolls back and writes the batch again without ``fresh``. Model
-    calls and message views keep ``OR IGNORE``: every later model call of a conversation
-    repeats its tool messages, so their keys are often stored already.
+    ``fresh``: the batch's tool calls and payloads are taken to be new. Into a keyed table they
+    go with a plain ``INSERT``, which checks the keys about 2.5x faster than ``INSERT OR IGNORE``
+    in DuckDB 1.5.5 but raises ``duckdb.ConstraintException`` on a key already stored (a span
+    sent twice, a spool replayed); the caller then rolls back and writes the batch again without
+    ``fresh``. Into any other, their keys are checked alone first (see :func:`insert_new`).
+    Model calls and message views are never taken to be new: every later model call of a
+    conversation repeats its tool messages, so their keys are often stored already.
     """
     keyed = (frozenset() if lake else KEYED_TABLES) if keyed is None else keyed
     tools = llms = 0
