@@ -254,11 +254,10 @@ class BatchWorker(Generic[T]):
                     self._report_drops()
                     return
                 entries = self._next_batch()
-            items, sizes = zip(*entries, strict=True)
+                items, sizes = zip(*entries, strict=True)  # in C: see _next_batch
+                size = self._exporting = sum(sizes)
             batch = list(items)
-            size = sum(sizes)
             del entries, items
-            self._exporting = size
             self._export_with_retry(batch)
             n = len(batch)
             del batch

@@ -220,10 +220,11 @@ def _message(conv: _Conversation, m: Mapping[str, Any]) -> None:
         if isinstance(tc, Mapping):
             fn = tc.get("function")
             conv.call(tc.get("id"), (fn.get("name") if isinstance(fn, Mapping) else None) or tc.get("name"))
-    given = m.get("content")
-    content = _maybe_json(given) if not isinstance(given, str) or _may_be_blocks(given) else given
-    if isinstance(given, str) and not _looks_like_blocks(content):
-        content = given  # a tool result that is JSON is text the model read, not content blocks
+    content = given = m.get("content")
+    if isinstance(given, str) and _may_be_blocks(given):
+        parsed = _maybe_json(given)
+        if _looks_like_blocks(parsed):  # else a tool result that is JSON: text the model read
+            content = parsed
     parts = m.get("parts")
     if isinstance(content, Mapping) and isinstance(content.get("parts"), list):  # Google Content in a body
         role, parts, content = content.get("role", role), content["parts"], None
