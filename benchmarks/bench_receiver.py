@@ -131,15 +131,18 @@ def _post(url: str, body: bytes) -> None:
             delay = min(delay * 2, 5)
 
 
-def _cpu(pid: int) -> tuple[float, float]:
-    """CPU seconds (user + system) of the receiver's own process and of its measuring processes."""
+def _cpu(pid: int) -> tuple[float, float, float, float]:
+    """CPU seconds (user + system) of the receiver's own process and of its measuring processes,
+    then the system (kernel) part of each."""
     proc = psutil.Process(pid)
-    own = sum(proc.cpu_times()[:2])
-    workers = 0.0
+    own = proc.cpu_times()
+    workers = [0.0, 0.0]
     for child in proc.children(recursive=True):
         with contextlib.suppress(psutil.NoSuchProcess):
-            workers += sum(child.cpu_times()[:2])
-    return own, workers
+            times = child.cpu_times()
+            workers[0] += times.user + times.system
+            workers[1] += times.system
+    return own.user + own.system, workers[0], own.system, workers[1]
 
 
 def _wait_stored(db: str, rows: int) -> None:
@@ -227,11 +230,13 @@ def run(texts: list[str], label: str, views: bool = False) -> None:
                       ("receiver: accepted (spooled, acknowledged)", accepted_s),
                       ("receiver: stored (queryable in DuckDB)", stored_s)):  # fmt: skip
         print(f"   {name:<44} {n / sec:>9,.0f} {total_mb / sec:>7.2f} {total_mb / sec / tik_mbs:>18.2f}x")
-    own, workers = (b - a for a, b in zip(cpu0, cpu1, strict=True))
+    own, workers, own_kernel, workers_kernel = (b - a for a, b in zip(cpu0, cpu1, strict=True))
     print(
         f"   CPU per span: receiver process {own / n * 1e6:,.1f} µs, measuring processes "
         f"{workers / n * 1e6:,.1f} µs, the sending client (this process, on the same cores) "
-        f"{client_s / n * 1e6:,.1f} µs (tiktoken's count: {tik_s / n * 1e6:,.1f} µs)"
+        f"{client_s / n * 1e6:,.1f} µs (tiktoken's count: {tik_s / n * 1e6:,.1f} µs)\n"
+        f"   of which in the kernel (system time): receiver {own_kernel / n * 1e6:,.1f} µs, "
+        f"measuring processes {workers_kernel / n * 1e6:,.1f} µs"
     )
 
 

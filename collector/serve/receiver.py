@@ -161,8 +161,10 @@ class Receiver:
         self._recover(progress)
 
     def start_measuring_processes(self) -> None:
-        """Start the measuring processes now, not at the first large batch (a long-running ``serve``)."""
+        """Start the measuring processes now, not at the first large batch, and write the spool's
+        spares (a long-running ``serve``); both in the background."""
         self._processes.start()
+        threading.Thread(target=self.spool.prepare_spares, name="toolmeter-spool-spares", daemon=True).start()
 
     # --- acceptance (request threads) ---------------------------------------------------
 

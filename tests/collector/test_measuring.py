@@ -279,3 +279,17 @@ def test_workers_whose_receiver_dies_while_they_start_end_too(tmp_path: Path) ->
     for proc in left:
         proc.kill()
     assert left == [], f"{len(left)} process(es) outlived the process that started them"
+
+
+def test_a_worker_warms_up_without_measuring_or_storing_anything(tmp_path: Path) -> None:
+    from collector.pipeline import Pipeline
+    from collector.store.payloads import payload_dir
+
+    db = tmp_path / "w.duckdb"
+    pipeline = Pipeline(CollectorConfig(db=db), collector_id="warm")
+    before = vars(pipeline.counters).copy()
+    measuring._warm_up(pipeline)
+    assert vars(pipeline.counters) == before
+    assert not db.exists()
+    folder = Path(payload_dir(str(db)))
+    assert not folder.exists() or not any(folder.rglob("*.*"))

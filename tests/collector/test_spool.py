@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import errno
 import os
+import struct
+import zlib
 from pathlib import Path
 
 import pytest
 
 from collector.errors import StoreError
-from collector.serve.spool import TRACES_JSON, TRACES_PROTOBUF, Spool
+from collector.serve.spool import SPARES, TRACES_JSON, TRACES_PROTOBUF, Spool
 
 
 def test_records_replay_in_order_from_any_position_and_across_segments(tmp_path: Path) -> None:
@@ -42,11 +44,71 @@ def test_a_torn_last_record_is_cut_off_at_the_next_start(tmp_path: Path) -> None
     reopened.close()
 
 
-def test_release_deletes_written_segments_but_never_the_current_one(tmp_path: Path) -> None:
-    spool = Spool(str(tmp_path / "s"), segment_bytes=16)
-    last = [spool.append(TRACES_JSON, b"x" * 20)[0] for _ in range(4)][-1]
+def test_release_lets_go_of_written_segments_but_never_the_current_one(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    spool = Spool(str(folder), segment_bytes=16)
+    last = [spool.append(TRACES_JSON, b"x" * 20)[0] for _ in range(5)][-1]
     spool.release(last + 10)
     assert spool.segments() == [last]
+    assert len(os.listdir(folder)) == 1 + SPARES  # the others deleted: the spares are bounded
+    spool.close()
+    assert os.listdir(folder) == [f"spool-{last:08d}.log"]  # a stopped spool keeps no spares
+
+
+def _crash(spool: Spool) -> None:
+    """Leave ``spool`` as a killed receiver would: its file closed, its spares still on disk."""
+    spool._file.close()
+
+
+def test_a_recycled_segment_replays_only_its_new_records(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    spool = Spool(str(folder), segment_bytes=200)
+    first = [spool.append(TRACES_PROTOBUF, f"old {i:03d}".encode() * 20) for i in range(3)]
+    spool.release(first[-1][0])  # written to the store: segments 0 and 1 become spares
+    assert any(name.startswith("spare-") for name in os.listdir(folder))
+    # the next segments are written over the spares, with shorter records: the old ones lie
+    # after them, aligned or not, and must never come back
+    later = [spool.append(TRACES_JSON, f"new {i}".encode() * (3 + i % 5)) for i in range(12)]
+    assert len({segment for segment, _ in later}) > 2
+    _crash(spool)
+    reopened = Spool(str(folder), segment_bytes=200)
+    replayed = list(reopened.replay(*first[-1]))
+    assert [body for *_, body in replayed] == [f"new {i}".encode() * (3 + i % 5) for i in range(12)]
+    assert [(s, e) for s, e, _, _ in replayed] == later
+    reopened.append(TRACES_JSON, b"after the restart")
+    assert [body for *_, body in reopened.replay(*later[-1])] == [b"after the restart"]
+    reopened.close()
+
+
+def test_a_record_whose_end_lands_on_an_old_record_start_stops_replay_there(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    spool = Spool(str(folder), segment_bytes=30)  # two 10-byte records a segment
+    spool.append(TRACES_JSON, b"a" * 10)
+    spool.append(TRACES_JSON, b"b" * 10)
+    spool.append(TRACES_JSON, b"c" * 10)
+    written = spool.append(TRACES_JSON, b"d" * 10)
+    spool.release(written[0])  # segment 0, holding a and b, becomes a spare
+    # as long as a: it ends exactly where b begins, whose header and CRC are intact
+    assert spool.append(TRACES_JSON, b"e" * 10) == (2, 19)
+    _crash(spool)
+    reopened = Spool(str(folder), segment_bytes=30)
+    assert [body for *_, body in reopened.replay(*written)] == [b"e" * 10]
+    reopened.close()
+
+
+def test_records_of_a_spool_from_before_recycling_are_replayed_and_their_segment_deleted(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    folder.mkdir()
+    bodies = [b"written by an older receiver", b"not yet in the store"]
+    with open(folder / "spool-00000007.log", "wb") as f:
+        for body in bodies:  # the format before recycling: the CRC starts from 0
+            f.write(struct.pack(">IBI", len(body), TRACES_JSON, zlib.crc32(body)) + body)
+    spool = Spool(str(folder), segment_bytes=16)
+    assert [body for *_, body in spool.replay(7, 0)] == bodies
+    segment, _ = spool.append(TRACES_JSON, b"x" * 20)  # in a new segment: the old one is full
+    assert segment == 8
+    spool.release(8)
+    assert sorted(os.listdir(folder)) == ["spool-00000008.log"]  # deleted, never written over
     spool.close()
 
 
@@ -77,3 +139,17 @@ def test_a_full_disk_is_a_store_error_and_leaves_no_half_record_behind(tmp_path:
     reopened = Spool(str(folder))
     assert [body for *_, body in reopened.replay(0, 0)] == [b"before", b"after"]
     reopened.close()
+
+
+def test_segments_written_over_prepared_spares_replay_their_records_only(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    spool = Spool(str(folder), segment_bytes=100)
+    spool.prepare_spares()
+    assert len([name for name in os.listdir(folder) if name.startswith("spare-")]) == SPARES
+    positions = [spool.append(TRACES_PROTOBUF, f"body {i}".encode() * 4) for i in range(6)]
+    assert len({segment for segment, _ in positions}) > 1  # later segments began over the zeros
+    _crash(spool)
+    reopened = Spool(str(folder), segment_bytes=100)
+    assert [body for *_, body in reopened.replay(0, 0)] == [f"body {i}".encode() * 4 for i in range(6)]
+    reopened.close()
+    assert [name for name in os.listdir(folder) if name.startswith("spare-")] == []
