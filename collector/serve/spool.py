@@ -13,8 +13,8 @@ segment (a crash during ``append``, before the acknowledgement) is cut off at re
 
 Segments are recycled: one whose records are all in DuckDB is renamed to a spare
 (``spare-<n>.log``), and the next segment is written over it rather than into a new file.
-Writing a new file cost the kernel ~7 ms a MB of page allocation and a metadata commit at every
-fsync here; writing over pages it has cached, almost nothing (~0.1 ms a MB). So a recycled
+On the machine the benchmarks run on, writing a new file cost the kernel ~7 ms a MB (new pages,
+and a metadata commit at every fsync); writing over pages it has cached, ~0.1 ms. So a recycled
 segment's end holds records of its last life, and each record's CRC starts from its segment's
 number (:func:`_crc`): those old records do not check, and replay stops where the new ones
 end. Records of spools written before recycling (CRC from 0) are read too; a segment holding
