@@ -158,7 +158,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     running = RunningReceiver(config, rc)
-    running.receiver.start_measuring_processes()
+    running.receiver.start_background_work()
     watcher = threading.Thread(
         target=run_watch,
         args=(

@@ -160,9 +160,9 @@ class Receiver:
         self.pipeline.store.stop = self._worker.stopping
         self._recover(progress)
 
-    def start_measuring_processes(self) -> None:
+    def start_background_work(self) -> None:
         """Start the measuring processes now, not at the first large batch, and write the spool's
-        spares (a long-running ``serve``); both in the background."""
+        spares, both in the background (a long-running ``serve``)."""
         self._processes.start()
         threading.Thread(target=self.spool.prepare_spares, name="toolmeter-spool-spares", daemon=True).start()
 

@@ -41,6 +41,7 @@ TRACES_PROTOBUF = 1
 TRACES_JSON = 2
 LOGS_PROTOBUF = 3
 LOGS_JSON = 4
+_KINDS = frozenset({TRACES_PROTOBUF, TRACES_JSON, LOGS_PROTOBUF, LOGS_JSON})
 
 SEGMENT_BYTES = 16 * 1024 * 1024
 """A new segment starts once the current one is this large (about a slice the receiver writes
@@ -232,10 +233,11 @@ class Spool:
                 if len(header) < _HEADER.size:
                     return
                 length, kind, crc = _HEADER.unpack(header)
-                if kind not in _KIND_SUFFIX:
+                if kind not in _KINDS:
                     return  # no record: the zeros of a prepared spare (an empty body's CRC from 0 is 0)
                 body = f.read(length)
-                if len(body) < length or crc not in (_crc(body, n), zlib.crc32(body)):
+                # the CRC from 0 (a spool from before recycling) only when the segment's does not check
+                if len(body) < length or (crc != _crc(body, n) and crc != zlib.crc32(body)):
                     return  # torn tail (never acknowledged), or the end of a recycled segment's records
                 pos += _HEADER.size + length
                 yield n, pos, kind, body
