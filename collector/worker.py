@@ -173,13 +173,14 @@ class BatchWorker(Generic[T]):
             self._wake.set()
 
     def peek(self, max_bytes: int) -> list[T]:
-        """The items next in line, up to about ``max_bytes`` (at least one when any), left queued:
-        the exporting thread starts work on its next batch before this one is written."""
+        """The items next in line, up to about ``max_bytes`` (at least one when any) and no more
+        than the next batch takes, left queued: the exporting thread starts work on its next batch
+        before this one is written (more would not match the batch, and be done again)."""
         items: list[T] = []
         held = 0
         with self._lock:
             for item, size in self._queue:
-                if held >= max_bytes:
+                if held >= max_bytes or len(items) == self.batch_items:
                     break
                 items.append(item)
                 held += size

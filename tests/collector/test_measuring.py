@@ -113,6 +113,39 @@ def test_slices_are_measured_while_the_one_before_is_written(tmp_path: Path, mon
     assert multiprocessing.active_children() == []
 
 
+def test_a_prefetched_slice_of_many_small_requests_is_measured_once(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import collector.serve.receiver as receiver_module
+
+    bodies = _bodies(48, 10)
+    # a slice's bytes span more requests than a batch takes (as with an exporter sending a span a request)
+    monkeypatch.setattr(receiver_module, "SLICE_BYTES", sum(map(len, bodies[:16])))
+    monkeypatch.setattr(measuring, "MIN_POOL_BYTES", 1)
+    db = str(tmp_path / "many.duckdb")
+    r = RunningReceiver(CollectorConfig(db=db, flush_interval=0.05),
+                        ReceiverConfig(host="127.0.0.1", port=0, grpc_port=None, measure_processes=2))  # fmt: skip
+    r.receiver._worker.batch_items = 8
+    started: list[int] = []
+    start = r.receiver._start_measuring
+
+    def counted(records):  # type: ignore[no-untyped-def]
+        started.append(len(records))
+        return start(records)
+
+    r.receiver._start_measuring = counted  # type: ignore[method-assign]
+    try:
+        r.receiver.paused = True
+        for body in bodies:
+            _post(r.url, body)
+        r.receiver.paused = False
+        assert r.receiver.flush(120)
+    finally:
+        r.stop()
+    assert sum(started) == 48, "a slice measured ahead is the next batch's: none measured twice"
+    with read_connection(db) as con:
+        assert con.execute("SELECT count(*), count(DISTINCT span_id) FROM tool_calls").fetchone() == (480, 480)
+    assert multiprocessing.active_children() == []
+
+
 def test_a_worker_that_dies_leaves_the_batch_to_the_receivers_threads(tmp_path: Path) -> None:
     db = str(tmp_path / "broken.duckdb")
     r = RunningReceiver(CollectorConfig(db=db, flush_interval=0.05),

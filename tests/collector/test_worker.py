@@ -203,3 +203,16 @@ def test_with_fill_bytes_items_that_keep_coming_wait_no_longer_than_the_interval
         assert seen and 0.25 <= time.monotonic() - started < 5
     finally:
         assert w.shutdown(10)
+
+
+def test_a_peek_holds_no_more_than_the_next_batch_takes() -> None:
+    w, _ = make(lambda batch: None, max_items=100, max_bytes=10**6, batch_items=3, batch_bytes=10**6)
+    w.paused = True
+    try:
+        for i in range(6):
+            w.put(i, 1)
+        assert w.peek(10**6) == [0, 1, 2], "tiny items: the batch's count, not the bytes, is the bound"
+        assert w.peek(2) == [0, 1]
+    finally:
+        w.paused = False
+        assert w.shutdown(10)
