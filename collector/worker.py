@@ -111,7 +111,11 @@ class BatchWorker(Generic[T]):
         self._wake = threading.Event()
         self.stopping = threading.Event()
         """Set by :meth:`shutdown`: a retry's wait ends at once. Owners pass it to slow calls."""
-        self._queue: collections.deque[tuple[T, int]] = collections.deque()
+        # items and their sizes side by side, not as (item, size) pairs: a pair is one more object
+        # for the garbage collector to visit for as long as its item waits, and in the agent's
+        # process the collector's passes over queued spans can cost more than on_end itself
+        self._queue: collections.deque[T] = collections.deque()
+        self._sizes: collections.deque[int] = collections.deque()
         self._held_bytes = 0
         self._accepted = 0
         self._done = 0
@@ -140,7 +144,8 @@ class BatchWorker(Generic[T]):
                     logger.warning("%s (%d %ss queued, %d bytes held)", self.full_message, queued,
                                    self.what, held)  # fmt: skip
                 return False
-            queue.append((item, size))
+            queue.append(item)
+            self._sizes.append(size)
             self._held_bytes = held + size
             self._accepted += 1
         # a set Event is not set again: set() takes a lock, and the agent's thread runs this
@@ -164,7 +169,8 @@ class BatchWorker(Generic[T]):
         with self._lock:
             if not self._queue:
                 self._first_put = now
-            self._queue.append((item, size))
+            self._queue.append(item)
+            self._sizes.append(size)
             self._held_bytes += size
             self._accepted += 1
             self._last_put = now
@@ -179,7 +185,7 @@ class BatchWorker(Generic[T]):
         items: list[T] = []
         held = 0
         with self._lock:
-            for item, size in self._queue:
+            for item, size in zip(self._queue, self._sizes, strict=True):
                 if held >= max_bytes or len(items) == self.batch_items:
                     break
                 items.append(item)
@@ -211,25 +217,27 @@ class BatchWorker(Generic[T]):
                     if not self._queue:
                         return
 
-    def _next_batch(self) -> list[tuple[T, int]]:
-        """Pop one batch (holding ``_lock``)."""
-        queue = self._queue
+    def _next_batch(self) -> tuple[list[T], int]:
+        """Pop one batch and its bytes (holding ``_lock``)."""
+        queue, sizes = self._queue, self._sizes
         limit = self.batch_bytes
         if limit is None:
             # by count alone: popped in C. In the span processor this runs on the agent's
             # interpreter, where a Python loop per span is GIL time taken from the agent
             if len(queue) <= self.batch_items:
-                entries = list(queue)
+                items = list(queue)
+                size = sum(sizes)
                 queue.clear()
-                return entries
-            return [queue.popleft() for _ in range(self.batch_items)]
-        entries = []
+                sizes.clear()
+                return items, size
+            n = self.batch_items
+            return [queue.popleft() for _ in range(n)], sum([sizes.popleft() for _ in range(n)])
+        items = []
         size = 0
-        while queue and len(entries) < self.batch_items and (not entries or size < limit):
-            entry = queue.popleft()
-            entries.append(entry)
-            size += entry[1]
-        return entries
+        while queue and len(items) < self.batch_items and (not items or size < limit):
+            items.append(queue.popleft())
+            size += sizes.popleft()
+        return items, size
 
     def _queued_bytes(self) -> int:
         """Bytes queued, not counting the batch being exported (holding ``_lock``)."""
@@ -254,11 +262,8 @@ class BatchWorker(Generic[T]):
                 if not self._queue:
                     self._report_drops()
                     return
-                entries = self._next_batch()
-                items, sizes = zip(*entries, strict=True)  # in C: see _next_batch
-                size = self._exporting = sum(sizes)
-            batch = list(items)
-            del entries, items
+                batch, size = self._next_batch()
+                self._exporting = size
             self._export_with_retry(batch)
             n = len(batch)
             del batch
