@@ -43,15 +43,33 @@ def _post(url: str, body: bytes) -> None:
         assert resp.status == 200
 
 
+def _post_as_one_batch(r: RunningReceiver, bodies: list[bytes]) -> None:
+    """Post ``bodies`` while the writer is paused, so that it takes them as one batch, and wait until stored."""
+    r.receiver.paused = True
+    for body in bodies:
+        _post(r.url, body)
+    r.receiver.paused = False
+    assert r.receiver.flush(120)
+
+
+def _count_starts(r: RunningReceiver) -> list[int]:
+    """The requests of every slice ``r`` starts measuring, appended as it starts them."""
+    started: list[int] = []
+    start = r.receiver._start_measuring
+
+    def counted(records):  # type: ignore[no-untyped-def]
+        started.append(len(records))
+        return start(records)
+
+    r.receiver._start_measuring = counted  # type: ignore[method-assign]
+    return started
+
+
 def _run(db: str, processes: int, bodies: list[bytes]) -> tuple[list[tuple[object, ...]], list[str]]:
     r = RunningReceiver(CollectorConfig(db=db, flush_interval=0.05),
                         ReceiverConfig(host="127.0.0.1", port=0, grpc_port=None, measure_processes=processes))  # fmt: skip
     try:
-        r.receiver.paused = True  # every request in one batch, over MIN_POOL_BYTES
-        for body in bodies:
-            _post(r.url, body)
-        r.receiver.paused = False
-        assert r.receiver.flush(120)
+        _post_as_one_batch(r, bodies)  # over MIN_POOL_BYTES
         workers = [p.name for p in multiprocessing.active_children()]
     finally:
         r.stop()
@@ -79,14 +97,7 @@ def test_slices_are_measured_while_the_one_before_is_written(tmp_path: Path, mon
     db = str(tmp_path / "slices.duckdb")
     r = RunningReceiver(CollectorConfig(db=db, flush_interval=0.05),
                         ReceiverConfig(host="127.0.0.1", port=0, grpc_port=None, measure_processes=2))  # fmt: skip
-    started: list[int] = []
-    start = r.receiver._start_measuring
-
-    def counted(records):  # type: ignore[no-untyped-def]
-        started.append(len(records))
-        return start(records)
-
-    r.receiver._start_measuring = counted  # type: ignore[method-assign]
+    started = _count_starts(r)
     prefetched: list[bool] = []
     prefetch = r.receiver._prefetch
 
@@ -96,11 +107,7 @@ def test_slices_are_measured_while_the_one_before_is_written(tmp_path: Path, mon
 
     r.receiver._prefetch = noted  # type: ignore[method-assign]
     try:
-        r.receiver.paused = True
-        for body in bodies:
-            _post(r.url, body)
-        r.receiver.paused = False
-        assert r.receiver.flush(120)
+        _post_as_one_batch(r, bodies)
     finally:
         r.stop()
     # each slice measured once: the next batch's first slice, started while the last slice of
@@ -124,20 +131,9 @@ def test_a_prefetched_slice_of_many_small_requests_is_measured_once(tmp_path: Pa
     r = RunningReceiver(CollectorConfig(db=db, flush_interval=0.05),
                         ReceiverConfig(host="127.0.0.1", port=0, grpc_port=None, measure_processes=2))  # fmt: skip
     r.receiver._worker.batch_items = 8
-    started: list[int] = []
-    start = r.receiver._start_measuring
-
-    def counted(records):  # type: ignore[no-untyped-def]
-        started.append(len(records))
-        return start(records)
-
-    r.receiver._start_measuring = counted  # type: ignore[method-assign]
+    started = _count_starts(r)
     try:
-        r.receiver.paused = True
-        for body in bodies:
-            _post(r.url, body)
-        r.receiver.paused = False
-        assert r.receiver.flush(120)
+        _post_as_one_batch(r, bodies)
     finally:
         r.stop()
     assert sum(started) == 48, "a slice measured ahead is the next batch's: none measured twice"
@@ -151,19 +147,11 @@ def test_a_worker_that_dies_leaves_the_batch_to_the_receivers_threads(tmp_path: 
     r = RunningReceiver(CollectorConfig(db=db, flush_interval=0.05),
                         ReceiverConfig(host="127.0.0.1", port=0, grpc_port=None, measure_processes=2))  # fmt: skip
     try:
-        r.receiver.paused = True
-        for body in _bodies(10, 20):
-            _post(r.url, body)
-        r.receiver.paused = False
-        assert r.receiver.flush(120)
+        _post_as_one_batch(r, _bodies(10, 20))
         for worker in multiprocessing.active_children():  # an OOM kill, say
             os.kill(worker.pid, signal.SIGKILL)  # type: ignore[arg-type]
         time.sleep(0.5)
-        r.receiver.paused = True
-        for body in _bodies(10, 20, offset=50_000):
-            _post(r.url, body)
-        r.receiver.paused = False
-        assert r.receiver.flush(120)
+        _post_as_one_batch(r, _bodies(10, 20, offset=50_000))
         assert r.receiver._processes.broken
     finally:
         r.stop()
