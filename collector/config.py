@@ -14,7 +14,7 @@ variable                           meaning                                      
 ``TOOLMETER_STORE_PAYLOADS``       keep payloads for replay (``false``: numbers)     ``true``
 ``TOOLMETER_PAYLOAD_CAP_BYTES``    larger payloads keep head and tail only           ``1MiB``
 ``TOOLMETER_MAX_QUEUE_SIZE``       spans waiting for the worker, at most             ``4096``
-``TOOLMETER_MAX_QUEUED_BYTES``     payload bytes waiting, at most                    ``256MiB``
+``TOOLMETER_MAX_QUEUED_BYTES``     text of the spans waiting, at most                ``256MiB``
 ``TOOLMETER_MAX_BATCH_SIZE``       spans measured and written per batch              ``512``
 ``TOOLMETER_FLUSH_INTERVAL``       seconds between writes                            ``1.0``
 ``TOOLMETER_RECEIVER_TOKEN``       bearer token ``toolmeter serve`` requires         none

@@ -67,7 +67,8 @@ def test_recording_a_large_result_copies_none_of_it(provider_with: Any, traced: 
 def test_a_batch_being_measured_counts_against_max_queued_bytes(
     provider_with: Any, db_path: str, monkeypatch: pytest.MonkeyPatch, traced: None
 ) -> None:
-    provider, processor = provider_with(max_queued_bytes=8 * MiB, flush_interval=0.05)
+    # eight 1 MiB results and their spans' other attributes (a few bytes each)
+    provider, processor = provider_with(max_queued_bytes=8 * MiB + 4096, flush_interval=0.05)
     pipeline = processor._pipeline
     inside, release = threading.Event(), threading.Event()
     build_batch = pipeline.build_batch
@@ -98,6 +99,23 @@ def test_a_batch_being_measured_counts_against_max_queued_bytes(
     assert processor.force_flush()
     with read_connection(db_path) as con:
         assert con.execute("SELECT count(*) FROM tool_calls").fetchone() == (8,)
+
+
+def test_the_messages_an_llm_span_carries_count_against_max_queued_bytes(provider_with: Any, db_path: str) -> None:
+    provider, processor = provider_with(max_queued_bytes=4 * MiB + 4096, flush_interval=3600)  # the worker stays idle
+    processor._worker.paused = True
+    tracer = provider.get_tracer("agent")
+    messages = json.dumps([{"role": "tool", "content": "x" * MiB}])  # a conversation carried as an attribute
+    for _ in range(8):
+        attrs = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m", "gen_ai.input.messages": messages}
+        with tracer.start_as_current_span("chat m", attributes=attrs):
+            pass
+    counters = processor.counters
+    assert (counters["queued"], counters["dropped"]) == (4, 4), "4 MiB of messages held: the rest dropped and counted"
+    processor._worker.paused = False
+    assert processor.force_flush()
+    with read_connection(db_path) as con:
+        assert con.execute("SELECT count(*) FROM llm_calls").fetchone() == (4,)
 
 
 def test_a_batch_holds_one_payload_copy_at_a_time(db_path: str, traced: None) -> None:
