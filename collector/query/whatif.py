@@ -72,7 +72,7 @@ class _Discard:
         self._random = random.Random(seed)
 
     def put(self, stored: Stored) -> str:
-        return f"tmh_{self._random.getrandbits(96):024x}"
+        return f"tmh_{self._random.randrange(10**24):024d}"  # as real handles are drawn (new_handle)
 
     def get(self, handle: str) -> Stored | None:
         return None

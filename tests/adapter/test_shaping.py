@@ -150,6 +150,16 @@ def test_retained_ranges_and_items_are_exact_for_a_list() -> None:
     assert shaped.items_total == 60 and shaped.items_shown == len(shown)
 
 
+def test_the_same_result_gets_the_same_view_whatever_its_handle() -> None:
+    record = {"id": "c-17", "name": "Ada", "address": "1 Main St", "history": ["x" * 50] * 200}
+    policy = Policy(100, "record", fields=("id", "name", "history", "address"))
+    views = [shape(json.dumps(record), policy, RUN, store=MemoryHandles()) for _ in range(200)]
+    assert len({v.handle for v in views}) == 200, "a new handle each time"
+    assert len({(v.view_tokens, json.dumps(json.loads(v.view)["record"])) for v in views}) == 1, (
+        "a handle's tokens do not depend on the draw, so neither does what fits the budget"
+    )
+
+
 def test_a_list_inside_an_object_and_a_record_projected() -> None:
     wrapped = {"orders": orders(40), "next_page": None}
     shaped = shape(wrapped, Policy(400, "list", fields=("id", "status")), RUN, store=MemoryHandles())
