@@ -25,7 +25,7 @@ from opentelemetry import trace
 
 from collector.adapter import Policy, Scope, shape
 from collector.adapter.compaction import stub
-from collector.adapter.handles import Stored
+from collector.adapter.handles import Stored, new_handle
 from collector.adapter.text import ERROR_LINE
 from collector.adapter.view import tokens
 from collector.errors import InputError
@@ -72,7 +72,7 @@ class _Discard:
         self._random = random.Random(seed)
 
     def put(self, stored: Stored) -> str:
-        return f"tmh_{self._random.randrange(10**24):024d}"  # as real handles are drawn (new_handle)
+        return new_handle(self._random.randrange)
 
     def get(self, handle: str) -> Stored | None:
         return None

@@ -41,7 +41,6 @@ TRACES_PROTOBUF = 1
 TRACES_JSON = 2
 LOGS_PROTOBUF = 3
 LOGS_JSON = 4
-_KINDS = frozenset({TRACES_PROTOBUF, TRACES_JSON, LOGS_PROTOBUF, LOGS_JSON})
 
 SEGMENT_BYTES = 16 * 1024 * 1024
 """A new segment starts once the current one is this large (about a slice the receiver writes
@@ -54,6 +53,8 @@ SET_ASIDE_MAX = 100
 """Request bodies kept in a spool's ``rejected/`` folder at most."""
 _KIND_SUFFIX = {TRACES_PROTOBUF: "traces.pb", TRACES_JSON: "traces.json", LOGS_PROTOBUF: "logs.pb",
                 LOGS_JSON: "logs.json"}  # fmt: skip
+_KINDS = frozenset(_KIND_SUFFIX)
+"""The record kinds a spool holds."""
 
 _sync = getattr(os, "fdatasync", os.fsync)
 """The body's bytes and the file's size, not its times (a metadata commit less per request)."""
