@@ -32,19 +32,16 @@ from typing import Any
 import duckdb
 
 from collector.config import DEFAULT_RETAIN, DEFAULT_RETAIN_PAYLOADS
-from collector.errors import InputError, StoreError
+from collector.errors import InputError
 from collector.store import lake as L
 from collector.store import rollup
+from collector.store.compaction import checkpoint, compact_file
 from collector.store.connection import connect
 from collector.store.database import Store
-from collector.store.extensions import sql_literal
 from collector.store.payloads import blob_id_of, payload_files
-from collector.store.schema import schema_sql
 
 BLOB_GRACE = timedelta(minutes=10)
 """Unreferenced payload files younger than this are kept: their batch may not have committed yet."""
-COMPACT_WHEN_FREE = 0.25
-"""Rewrite a DuckDB file (with ``compact``) when at least this share of it is free blocks."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +77,10 @@ class PruneSummary:
     file_bytes_after: int | None = None
     compacted: bool = False
     capped: bool = False
+    max_bytes: int | None = None
+    """The size cap the run had to fit (None: none)."""
+    calls_after: int | None = None
+    """Tool calls left in the store after the run (None on a lake)."""
 
     def lines(self) -> list[str]:
         when = [f"rows before {_day(self.rows_before)}", f"payloads before {_day(self.payloads_before)}"]
@@ -95,7 +96,23 @@ class PruneSummary:
         elif self.size_before is not None:
             out.append(f"store {_mb(self.size_before)} -> {_mb(self.size_after)}"
                        + (f" (file {_mb(self.file_bytes_after)}, rewritten)" if self.compacted else ""))  # fmt: skip
+        if self.max_bytes is not None and self.size_after is not None and self.size_after > self.max_bytes:
+            out.append(f"still over the size cap of {_mb(self.max_bytes)}: {self._why_over()}")
         return out
+
+    def _why_over(self) -> str:
+        """Why a run that had a size cap ended above it."""
+        why = []
+        if self.payload_files_young:
+            why.append("payload files written in the last few minutes were kept (above)")
+        if self.calls_after == 0:
+            why.append("no call is left to remove; the rest is the file's own tables (rollups, counters, alerts)")
+        elif not self.compacted:
+            why.append(
+                "the file was not rewritten (--no-compact), and DuckDB gives back a block only once every row "
+                "in it is gone; run without --no-compact"
+            )
+        return "; ".join(why) or f"{self.calls_after:,} call(s) are left and could not be removed"
 
 
 def _day(t: datetime | None) -> str:
@@ -103,7 +120,9 @@ def _day(t: datetime | None) -> str:
 
 
 def _mb(n: int | None) -> str:
-    return "unknown" if n is None else f"{n / 1e6:,.1f} MB"
+    if n is None:
+        return "unknown"
+    return f"{n / 1e3:,.1f} KB" if n < 100_000 else f"{n / 1e6:,.1f} MB"
 
 
 def prune(store: str, retention: Retention, *, now: datetime | None = None, compact: bool = False) -> PruneSummary:
@@ -124,7 +143,7 @@ def prune(store: str, retention: Retention, *, now: datetime | None = None, comp
     payloads_cut = now - retention.payloads if retention.payloads is not None else None
     if rows_cut is not None and (payloads_cut is None or payloads_cut < rows_cut):
         payloads_cut = rows_cut  # a payload never outlives its row
-    summary = PruneSummary(rows_cut, payloads_cut)
+    summary = PruneSummary(rows_cut, payloads_cut, max_bytes=retention.max_bytes)
     summary.size_before = None if lake else store_bytes(store)
     _remove(store, summary, payloads_cut, rows_cut)
     if not lake:
@@ -134,10 +153,11 @@ def prune(store: str, retention: Retention, *, now: datetime | None = None, comp
     _record(store, summary, now)
     if not lake:
         # last, after the record is written: a rewrite also takes in what the record added
-        summary.compacted = _compact(store, always=summary.compacted) if compact else False
+        summary.compacted = compact_file(store, always=summary.compacted) if compact else False
         if not compact:
-            _checkpoint(store)
-        summary.size_after = store_bytes(store)
+            checkpoint(store)
+        after = _Sizes.of(store)
+        summary.size_after, summary.calls_after = after.total, after.calls
         summary.file_bytes_after = os.path.getsize(store)
     return summary
 
@@ -188,8 +208,7 @@ def _write(store: str, work: Any) -> Any:
 def store_bytes(store: str) -> int:
     """The bytes a DuckDB store uses: its used blocks and write-ahead log, and its payload files
     (free blocks of the file, which later writes reuse, are not counted)."""
-    sizes = _Sizes.of(store)
-    return sizes.db + sizes.wal + sizes.files
+    return _Sizes.of(store).total
 
 
 def _remove_unreferenced_blobs(store: str, summary: PruneSummary | None = None) -> tuple[int, int]:
@@ -234,7 +253,7 @@ def _fit(store: str, summary: PruneSummary, max_bytes: int, compact: bool) -> No
     measured size fits.
     """
     if compact:
-        summary.compacted = _compact(store, always=True)
+        summary.compacted = compact_file(store, always=True)
     base = _Sizes.of(store)
 
     def estimate() -> float:
@@ -249,12 +268,12 @@ def _fit(store: str, summary: PruneSummary, max_bytes: int, compact: bool) -> No
     if not compact:
         return
     if removed:  # else the rewrite above is the file as it stands
-        _compact(store, always=True)
+        compact_file(store, always=True)
     # room for two blocks: the record of this run, and the file's metadata, written after
     limit = max_bytes - 2 * base.block
     for what in ("payloads", "rows"):
         while store_bytes(store) > limit and _remove_tenth(store, summary, what):
-            _compact(store, always=True)
+            compact_file(store, always=True)
 
 
 @dataclass(frozen=True)
@@ -285,6 +304,11 @@ class _Sizes:
             int(block), int(block) * int(used), os.path.getsize(wal) if os.path.exists(wal) else 0, int(inline),
             sum(size for _, size, _ in payload_files(store)), int(calls),
         )  # fmt: skip
+
+    @property
+    def total(self) -> int:
+        """What :func:`store_bytes` counts: used blocks, write-ahead log and payload files."""
+        return self.db + self.wal + self.files
 
 
 def _remove_tenth(store: str, summary: PruneSummary, what: str) -> bool:
@@ -330,68 +354,6 @@ def _oldest_tenth(store: str, what: str) -> datetime | None:
         return None
     cut: datetime = row[0]
     return cut + timedelta(microseconds=1)  # just after the tenth's last call: each round removes one or more
-
-
-def _checkpoint(store: str) -> None:
-    con = connect(store, read_only=False)
-    try:
-        con.execute("CHECKPOINT")
-    finally:
-        con.close()
-
-
-def _compact(store: str, always: bool = False) -> bool:
-    """Rewrite the DuckDB file without its free blocks (when they are a quarter of it or more,
-    when its large tables still have the primary keys of a file made before they were dropped,
-    or ``always``). The new file is made from the current schema and the rows copied into it, so
-    a rewrite also drops those keys (see ``schema.sql``). Needs the file to itself: not from
-    inside a process that writes to it."""
-    con = connect(store, read_only=False, wait_s=0)
-    try:
-        con.execute("CHECKPOINT")
-        row = con.execute(
-            "SELECT total_blocks, free_blocks FROM pragma_database_size() WHERE database_name = current_database()"
-        ).fetchone()
-        keyed = con.execute(_LARGE_TABLE_KEYS).fetchone()
-    finally:
-        con.close()
-    sparse = bool(row and row[0] and row[1] / row[0] >= COMPACT_WHEN_FREE)
-    if not always and not sparse and not (keyed and keyed[0]):
-        return False
-    fresh = store + ".compact.tmp"
-    if os.path.exists(fresh):
-        os.remove(fresh)
-    con = duckdb.connect()
-    try:
-        # the old file stays attached (and locked) until the new one has its name, so no
-        # writer in another process can write to the old file in between
-        con.execute(f"ATTACH {sql_literal(store)} AS old")  # ATTACH takes no parameters
-        con.execute(f"ATTACH {sql_literal(fresh)} AS fresh")
-        con.execute("USE fresh")
-        con.execute(schema_sql())
-        tables = [r[0] for r in con.execute(
-            "SELECT table_name FROM duckdb_tables() WHERE database_name = 'old' AND schema_name = 'main'").fetchall()]  # fmt: skip
-        made = {r[0] for r in con.execute(
-            "SELECT table_name FROM duckdb_tables() WHERE database_name = 'fresh'").fetchall()}  # fmt: skip
-        for table in tables:
-            if table in made:
-                con.execute(f'INSERT INTO fresh.main."{table}" BY NAME SELECT * FROM old.main."{table}"')
-            else:  # a table this version no longer makes: kept as it is
-                con.execute(f'CREATE TABLE fresh.main."{table}" AS SELECT * FROM old.main."{table}"')
-        con.execute("USE memory")
-        con.execute("DETACH fresh")
-        os.replace(fresh, store)  # atomic: a reader sees the old file or the new one
-    except duckdb.Error as e:
-        raise StoreError(f"rewriting {store} failed (the store is unchanged): {e}") from e
-    finally:
-        con.close()
-    return True
-
-
-_LARGE_TABLE_KEYS = """
-    SELECT count(*) FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY'
-      AND database_name = current_database()
-      AND table_name IN ('tool_calls', 'llm_calls', 'payloads', 'message_views', 'tool_call_names')"""
 
 
 def _record(store: str, summary: PruneSummary, now: datetime) -> None:

@@ -12,10 +12,10 @@ import pytest
 
 from collector.errors import ConfigError, InputError
 from collector.query.ranking import Filters, ranking
+from collector.store.compaction import compact_file
 from collector.store.payloads import blob_id_of, payload_dir
 from collector.store.retention import (
     Retention,
-    _compact,
     _Sizes,
     payloads_removed_before,
     prune,
@@ -138,7 +138,7 @@ def test_a_size_cap_removes_the_oldest_payloads_then_rows_and_the_file_fits(fed:
     full = store_bytes(db)
     (tmp_path / "measure").mkdir()
     rewritten = _copy(fed, tmp_path / "measure")  # what the rows need, whatever the flushes that wrote them
-    _compact(rewritten, always=True)
+    compact_file(rewritten, always=True)
     sizes = _Sizes.of(rewritten)
     cap = store_bytes(rewritten) - (sizes.files + sizes.inline) // 2  # about half of the payloads must go
     summary = prune(db, Retention(rows=None, payloads=None, max_bytes=cap), now=NOW, compact=True)
@@ -158,6 +158,17 @@ def test_a_size_cap_removes_the_oldest_payloads_then_rows_and_the_file_fits(fed:
     assert newest > NOW - timedelta(days=1) and newest_payload == newest  # the newest are what stays
     assert summary.removed["payloads"] > 0 and summary.removed.get("tool_calls", 0) == 0  # payloads went first
     assert cut is not None and cut > NOW - timedelta(days=DAYS)  # what the cap removed is on record
+
+
+def test_a_cap_the_store_cannot_fit_is_said_with_why(fed: str, tmp_path: Path) -> None:
+    db = _copy(fed, tmp_path)
+    summary = prune(db, Retention(rows=None, payloads=None, max_bytes=1000), now=NOW, compact=True)
+    assert summary.calls_after == 0 and summary.size_after is not None and summary.size_after > 1000
+    said = summary.lines()[-1]
+    assert said.startswith("still over the size cap of 1.0 KB: no call is left to remove")
+    (tmp_path / "fits").mkdir()
+    fits = prune(_copy(fed, tmp_path / "fits"), Retention(rows=None, payloads=None, max_bytes=10**12), now=NOW)
+    assert not any("still over" in line for line in fits.lines())  # a store within its cap says nothing of it
 
 
 def test_prune_on_the_command_line_prints_what_went(
