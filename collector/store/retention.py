@@ -109,8 +109,8 @@ class PruneSummary:
             why.append("no call is left to remove; the rest is the file's own tables (rollups, counters, alerts)")
         elif not self.compacted:
             why.append(
-                "the file was not rewritten (--no-compact), and DuckDB gives back a block only once every row "
-                "in it is gone; run without --no-compact"
+                "the file was not rewritten, and DuckDB gives back a block only once every row in it is gone "
+                "(`toolmeter prune` rewrites it, unless --no-compact; a running `serve` cannot)"
             )
         return "; ".join(why) or f"{self.calls_after:,} call(s) are left and could not be removed"
 

@@ -171,6 +171,17 @@ def test_a_cap_the_store_cannot_fit_is_said_with_why(fed: str, tmp_path: Path) -
     assert not any("still over" in line for line in fits.lines())  # a store within its cap says nothing of it
 
 
+def test_a_cap_only_a_rewrite_would_reach_says_so(fed: str, tmp_path: Path) -> None:
+    db = _copy(fed, tmp_path)
+    cap = store_bytes(db) - 1  # a tenth of the payloads goes: the blocks they leave stay in the file
+    summary = prune(db, Retention(rows=None, payloads=None, max_bytes=cap), now=NOW, compact=False)
+    assert summary.calls_after and summary.size_after is not None and summary.size_after > cap
+    assert (
+        summary.lines()[-1].startswith("still over the size cap of ")
+        and "the file was not rewritten" in (summary.lines()[-1])
+    )
+
+
 def test_prune_on_the_command_line_prints_what_went(
     fed: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
