@@ -20,7 +20,7 @@ from collector.ingest import ingest_files
 from collector.query.ranking import collector_totals, ranking
 from collector.query.whatif import parse_budget, suggestions, whatif
 from collector.store.database import read_connection
-from collector.store.lake import redact
+from collector.store.lake import is_lake, redact
 
 
 def format_tokens(value: Any) -> str:
@@ -180,6 +180,13 @@ def retention_of(args: argparse.Namespace) -> Any:
 def cmd_prune(args: argparse.Namespace) -> int:
     from collector.store.retention import prune
 
+    if not is_lake(args.db) and not os.path.exists(args.db):
+        # pruning would make an empty store there: a mistyped path would look like a store with
+        # nothing to remove
+        raise InputError(
+            f"--db: no toolmeter store at {args.db}; nothing was pruned or made. Give the store that "
+            "`toolmeter serve` or `ingest` writes (or set TOOLMETER_DB)."
+        )
     summary = prune(args.db, retention_of(args), compact=not args.no_compact)
     print(f"pruned {redact(args.db)}:")
     for line in summary.lines():

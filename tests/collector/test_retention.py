@@ -194,6 +194,9 @@ def test_prune_on_the_command_line_prints_what_went(
     assert main(["prune", "--db", db, "--retain", "soon"]) == 2  # a bad age stops with its name, nothing removed
     err = capsys.readouterr().err
     assert "--retain='soon' is not an age" in err
+    typo = str(tmp_path / "typo.duckdb")
+    assert main(["prune", "--db", typo]) == 2  # a path with no store is said, not made into an empty one
+    assert f"--db: no toolmeter store at {typo}" in capsys.readouterr().err and not os.path.exists(typo)
     (tmp_path / "fresh").mkdir()
     fresh = _copy(fed, tmp_path / "fresh")
     for folder, _, names in os.walk(payload_dir(fresh)):  # files just written: a batch may be committing
