@@ -40,7 +40,7 @@ def tool_ranking(
 
 
 def kpis(con: duckdb.DuckDBPyConnection, table: pd.DataFrame) -> dict[str, Any]:
-    """Calls, window cost, the top tool's share of it, truncated results, drops.
+    """Calls, window cost, the top tool's share of it, truncated results, drops and refusals.
 
     ``table`` is a :func:`tool_ranking` result (any order), so the ranking is computed once.
     """
@@ -58,6 +58,7 @@ def kpis(con: duckdb.DuckDBPyConnection, table: pd.DataFrame) -> dict[str, Any]:
         "truncated": round(truncated),
         "dropped": totals["dropped"],
         "failed": totals["failed"],
+        "refused": totals["refused"],
     }
 
 

@@ -54,6 +54,12 @@ if kpi["dropped"] or kpi["failed"]:
         f"Collectors dropped {kpi['dropped']:,} span(s) (queue full) and failed on {kpi['failed']:,}: "
         "these calls are missing from the figures below."
     )
+if kpi["refused"]:
+    st.info(
+        f"The receiver answered {kpi['refused']:,} request(s) with 503 because its queue was full: it could not "
+        "keep up with what was sent. OTLP exporters send such requests again, so their calls are counted unless "
+        "a client gave up; the receiver's log says when its queue filled."
+    )
 
 if kpi["open_alerts"]:
     st.warning(

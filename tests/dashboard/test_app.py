@@ -33,6 +33,28 @@ def test_window_eaters_ranks_the_sample_tools(monkeypatch: pytest.MonkeyPatch, s
     assert {"fetch_pod_logs", "list_github_issues", "get_customer_orders"} <= set(table["tool"])
 
 
+def test_drops_and_refusals_are_shown_with_what_they_mean(
+    monkeypatch: pytest.MonkeyPatch, sample_store: str, tmp_path: Path
+) -> None:
+    import shutil
+
+    import duckdb
+
+    quiet = run_app(monkeypatch, sample_store)
+    said = [w.value for w in quiet.warning] + [i.value for i in quiet.info]
+    assert not any("dropped" in text or "503" in text for text in said)  # the samples lost nothing
+    db = str(tmp_path / "store.duckdb")  # a path of its own: the app caches what it read per store
+    shutil.copy(sample_store, db)
+    with duckdb.connect(db) as con:
+        con.execute(
+            "INSERT INTO collector_stats (collector_id, updated_at, dropped, failed, refused) "
+            "VALUES ('receiver-a', now()::TIMESTAMP, 2, 1, 7)"
+        )
+    at = run_app(monkeypatch, db)
+    assert any("dropped 2 span(s) (queue full) and failed on 1" in w.value for w in at.warning)
+    assert any("answered 7 request(s) with 503" in i.value for i in at.info)
+
+
 def test_rank_by_window_cost_and_filters_change_the_table(monkeypatch: pytest.MonkeyPatch, sample_store: str) -> None:
     at = run_app(monkeypatch, sample_store)
     all_calls = at.metric[0].value
