@@ -64,9 +64,11 @@ class HandleStore(Protocol):
 def new_handle(draw: Callable[[int], int] = secrets.randbelow) -> str:
     """``tmh_`` and 24 random decimal digits (about 80 bits; still hex digits, so the pattern is
     unchanged), drawn by ``draw(n)``, a number below ``n`` (a seeded ``Random.randrange`` gives
-    the same handles every time, as the what-if replay needs). Tokenizers cut a run of digits in threes, so every handle costs the same tokens
-    (11 in o200k_base). With hex digits a handle took from 11 to 25 tokens (20,000 draws), and a
-    view that names its handle kept more or fewer fields near its budget depending on the draw."""
+    the same handles every time, as the what-if replay needs).
+
+    Tokenizers cut a run of digits in threes, so every handle costs the same tokens (11 in
+    o200k_base). With hex digits a handle took from 11 to 25 tokens (20,000 draws), and a view
+    that names its handle kept more or fewer fields near its budget depending on the draw."""
     return f"tmh_{draw(10**24):024d}"
 
 

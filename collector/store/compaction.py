@@ -1,8 +1,8 @@
 """Rewriting a DuckDB store file without its free blocks.
 
 Deleting rows does not shrink a DuckDB file: a block is given back for later writes only once
-every row in it is gone, and the file keeps its size. :func:`compact_file` copies every table into a
-new file made from the current schema and puts it in the old one's place.
+every row in it is gone, and the file keeps its size. :func:`compact_file` copies every table
+into a new file made from the current schema and puts it in the old one's place.
 """
 
 from __future__ import annotations
