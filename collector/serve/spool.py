@@ -84,6 +84,14 @@ class Spool:
         self._file: BinaryIO
         self._recyclable: set[int] = set()
         """Segments this spool began itself: they hold its records only, so may be recycled."""
+        self._syncing = False
+        """Whether an appender is syncing for every record written until it began (see :meth:`append`)."""
+        self._sync_done = threading.Condition(self._lock)
+        """Notified when a sync ends, or records are cut: appenders waiting on one see whether it covered theirs."""
+        self.syncs = 0
+        """How many syncs the appends took (fewer than appends when they came together)."""
+        self._cuts = 0
+        """How many times unsynced records were cut off after a failed sync (see :meth:`_cut_unsynced`)."""
         segments = self.segments()
         if segments:
             self._current = segments[-1]
@@ -92,6 +100,8 @@ class Spool:
         else:
             self._current = -1
             self._begin_segment()
+        self._synced = (self._current, self._file.tell())
+        """(segment, offset) up to which the spool is on disk: what it held at start was synced then."""
 
     def _path(self, n: int) -> str:
         return os.path.join(self.folder, _segment_name(n))
@@ -110,26 +120,95 @@ class Spool:
                 f.truncate(good)
 
     def append(self, kind: int, body: bytes) -> tuple[int, int]:
-        """Write one record and fsync it; return (segment, offset after it).
+        """Write one record and return (segment, offset after it) once it is synced to disk.
+
+        Appends that come together share a sync (group commit): the record is written under
+        the spool's lock, then one appender at a time syncs the file for every record written
+        until then, and an appender whose record a sync already covered returns without one.
+        One sync took ~0.4 ms on the machine the benchmarks run on (writing a 100 KB request,
+        ~0.04 ms), and takes milliseconds on a disk that honours it: one a request made the
+        sync the ceiling of a receiver that many exporters send to at once
+        (``benchmarks/bench_spool.py``).
 
         Raises:
-            StoreError: the disk refused the write; the request must not be acknowledged.
+            StoreError: the disk refused the write or the sync; the request must not be acknowledged.
         """
         with self._lock:
             start = None
             try:
                 if self._file.tell() >= self.segment_bytes:
+                    self._sync_current()  # the full segment's records are all on disk before it is left
                     self._file.close()
                     self._begin_segment()
                 start = self._file.tell()
                 self._file.write(_HEADER.pack(len(body), kind, _crc(body, self._current)))
                 self._file.write(body)  # two writes: no copy of a large body
                 self._file.flush()
-                _sync(self._file.fileno())
-                return self._current, self._file.tell()
             except OSError as e:
-                self._undo(start)
+                if start is None:  # the full segment's sync failed
+                    self._cut_unsynced()
+                else:
+                    self._undo(start)
                 raise StoreError(f"cannot write to the spool in {self.folder}: {e.strerror}") from e
+            mine = (self._current, self._file.tell())
+            cuts = self._cuts
+        self._sync_to(mine, cuts)
+        return mine
+
+    def _sync_to(self, mine: tuple[int, int], cuts: int) -> None:
+        """Return once the record ending at ``mine`` is on disk (see :meth:`append`).
+
+        One appender syncs at a time; the others wait for its sync to end and return if it
+        covered their record, else one of them syncs next. The sync runs outside ``_lock``,
+        so appenders keep writing meanwhile and the next sync covers them all, and on a
+        duplicate of the file's descriptor, which stays valid when an appender starts a new
+        segment and closes this one meanwhile."""
+        with self._lock:
+            while True:
+                if self._synced >= mine:
+                    return  # a sync that began after this record was written covered it
+                if self._cuts != cuts:  # a failed sync cut it off, with every unsynced record
+                    raise StoreError(f"cannot sync the spool in {self.folder}: an earlier sync failed")
+                if not self._syncing:
+                    break
+                self._sync_done.wait()
+            self._syncing = True
+            upto = (self._current, self._file.tell())
+            fd = os.dup(self._file.fileno())
+        try:
+            _sync(fd)
+        except OSError as e:
+            with self._lock:
+                self._syncing = False
+                if self._current == upto[0]:  # else a new segment began, having synced this one
+                    self._cut_unsynced()
+                self._sync_done.notify_all()
+            raise StoreError(f"cannot sync the spool in {self.folder}: {e.strerror}") from e
+        finally:
+            os.close(fd)
+        with self._lock:
+            self._syncing = False
+            self.syncs += 1
+            self._synced = max(self._synced, upto)
+            self._sync_done.notify_all()
+
+    def _sync_current(self) -> None:
+        """Sync the current segment (holding ``_lock``): every record written to it so far is on disk."""
+        upto = (self._current, self._file.tell())
+        _sync(self._file.fileno())
+        self.syncs += 1
+        self._synced = max(self._synced, upto)
+        self._sync_done.notify_all()
+
+    def _cut_unsynced(self) -> None:
+        """After a failed sync (holding ``_lock``), cut the current segment back to what is known to
+        be on disk: after a failed ``fsync`` Linux may report the next one clean though the data
+        never got there, so nothing written before it is acknowledged; the appenders waiting on
+        those records see ``_cuts`` change and answer 503, and their exporters send them again."""
+        segment, offset = self._synced
+        self._cuts += 1
+        self._undo(offset if segment == self._current else 0)
+        self._sync_done.notify_all()
 
     def _begin_segment(self) -> None:
         """Start the next segment (holding ``_lock``, or at start): over a spare when there is one."""

@@ -5,7 +5,10 @@ from __future__ import annotations
 import errno
 import os
 import struct
+import threading
+import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -153,3 +156,115 @@ def test_segments_written_over_prepared_spares_replay_their_records_only(tmp_pat
     assert [body for *_, body in reopened.replay(0, 0)] == [f"body {i}".encode() * 4 for i in range(6)]
     reopened.close()
     assert [name for name in os.listdir(folder) if name.startswith("spare-")] == []
+
+
+def _slow_sync(monkeypatch: pytest.MonkeyPatch, seconds: float) -> list[int]:
+    """The spool's sync, made as slow as a disk that honours it; returns the file sizes each sync
+    covered (taken before the real sync, appended after it returned)."""
+    import collector.serve.spool as spool_module
+
+    real = spool_module._sync
+    covered: list[int] = []
+
+    def sync(fd: int) -> None:
+        size = os.fstat(fd).st_size
+        time.sleep(seconds)
+        real(fd)
+        covered.append(size)
+
+    monkeypatch.setattr(spool_module, "_sync", sync)
+    return covered
+
+
+def test_concurrent_appends_share_syncs_and_each_returns_only_once_its_record_is_synced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    covered = _slow_sync(monkeypatch, 0.01)
+    spool = Spool(str(tmp_path / "s"))
+    late: list[tuple[int, int]] = []
+
+    def appender(t: int) -> list[tuple[int, int]]:
+        ends = []
+        for i in range(10):
+            end = spool.append(TRACES_PROTOBUF, f"thread {t} body {i}".encode() * 50)
+            if not covered or max(covered) < end[1]:
+                late.append(end)  # returned before a sync covered it
+            ends.append(end)
+        return ends
+
+    with ThreadPoolExecutor(8) as pool:
+        ends = [end for part in pool.map(appender, range(8)) for end in part]
+    assert late == []
+    assert spool.syncs == len(covered) and spool.syncs <= len(ends) // 2  # 80 appends, a sync shared by several
+    spool.close()
+    reopened = Spool(str(tmp_path / "s"))
+    replayed = list(reopened.replay(0, 0))
+    assert sorted((s, e) for s, e, _, _ in replayed) == sorted(ends)
+    assert sorted(body for *_, body in replayed) == sorted(
+        f"thread {t} body {i}".encode() * 50 for t in range(8) for i in range(10)
+    )
+    reopened.close()
+
+
+def test_concurrent_appends_across_segments_replay_every_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _slow_sync(monkeypatch, 0.002)
+    spool = Spool(str(tmp_path / "s"), segment_bytes=2000)
+    spool.prepare_spares()
+
+    def appender(t: int) -> list[tuple[int, int]]:
+        return [spool.append(TRACES_JSON, f"thread {t} body {i}".encode() * 20) for i in range(15)]
+
+    with ThreadPoolExecutor(6) as pool:
+        ends = [end for part in pool.map(appender, range(6)) for end in part]
+    assert len({segment for segment, _ in ends}) > 10
+    _crash(spool)
+    reopened = Spool(str(tmp_path / "s"), segment_bytes=2000)
+    assert sorted((s, e) for s, e, _, _ in reopened.replay(0, 0)) == sorted(ends)
+    reopened.close()
+
+
+def test_a_failed_sync_is_a_store_error_and_cuts_every_record_it_may_have_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import collector.serve.spool as spool_module
+
+    real = spool_module._sync
+    folder = tmp_path / "s"
+    spool = Spool(str(folder))
+    spool.append(TRACES_JSON, b"before")
+    in_sync = threading.Event()
+
+    def failing(fd: int) -> None:
+        size = os.fstat(fd).st_size
+        in_sync.set()
+        deadline = time.monotonic() + 10
+        while os.fstat(fd).st_size == size and time.monotonic() < deadline:
+            time.sleep(0.001)  # until the second appender has written its record behind this one
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(spool_module, "_sync", failing)
+    errors: dict[str, str] = {}
+
+    def append(name: str) -> None:
+        try:
+            spool.append(TRACES_JSON, name.encode())
+        except StoreError as e:
+            errors[name] = str(e)
+
+    first = threading.Thread(target=append, args=("first",))
+    first.start()
+    assert in_sync.wait(10)
+    second = threading.Thread(target=append, args=("second",))
+    second.start()
+    first.join(10)
+    second.join(10)
+    assert "cannot sync the spool" in errors["first"] and "Input/output error" in errors["first"]
+    assert "an earlier sync failed" in errors["second"]  # written behind the failed sync: not acknowledged
+    monkeypatch.setattr(spool_module, "_sync", real)
+    spool.append(TRACES_JSON, b"after")
+    spool.close()
+    reopened = Spool(str(folder))
+    assert [body for *_, body in reopened.replay(0, 0)] == [b"before", b"after"]
+    reopened.close()
