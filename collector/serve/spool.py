@@ -172,25 +172,28 @@ class Spool:
                 if not self._syncing:
                     break
                 self._sync_done.wait()
-            self._syncing = True
+            try:
+                fd = os.dup(self._file.fileno())
+            except OSError as e:  # out of descriptors: no sync began, so none is waited for
+                raise StoreError(f"cannot sync the spool in {self.folder}: {e.strerror}") from e
             upto = (self._current, self._file.tell())
-            fd = os.dup(self._file.fileno())
+            self._syncing = True
+        synced = False
         try:
             _sync(fd)
+            synced = True
         except OSError as e:
-            with self._lock:
-                self._syncing = False
-                if self._current == upto[0]:  # else a new segment began, having synced this one
-                    self._cut_unsynced()
-                self._sync_done.notify_all()
             raise StoreError(f"cannot sync the spool in {self.folder}: {e.strerror}") from e
         finally:
             os.close(fd)
-        with self._lock:
-            self._syncing = False
-            self.syncs += 1
-            self._synced = max(self._synced, upto)
-            self._sync_done.notify_all()
+            with self._lock:  # whatever happened: the next appender may sync
+                self._syncing = False
+                if synced:
+                    self.syncs += 1
+                    self._synced = max(self._synced, upto)
+                elif self._current == upto[0]:  # else a new segment began, having synced this one
+                    self._cut_unsynced()
+                self._sync_done.notify_all()
 
     def _sync_current(self) -> None:
         """Sync the current segment (holding ``_lock``): every record written to it so far is on disk."""

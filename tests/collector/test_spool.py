@@ -268,3 +268,30 @@ def test_a_failed_sync_is_a_store_error_and_cuts_every_record_it_may_have_lost(
     reopened = Spool(str(folder))
     assert [body for *_, body in reopened.replay(0, 0)] == [b"before", b"after"]
     reopened.close()
+
+
+def test_no_descriptor_left_to_sync_with_is_a_store_error_and_the_next_append_still_syncs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import collector.serve.spool as spool_module
+
+    spool = Spool(str(tmp_path / "s"))
+    real_dup = os.dup
+    calls = []
+
+    def dup(fd: int) -> int:
+        calls.append(fd)
+        if len(calls) == 1:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return real_dup(fd)
+
+    monkeypatch.setattr(spool_module.os, "dup", dup)
+    with pytest.raises(StoreError, match=r"cannot sync the spool .*Too many open files"):
+        spool.append(TRACES_JSON, b"refused")
+    pool = ThreadPoolExecutor(1)
+    try:  # waits on no sync left running
+        assert pool.submit(spool.append, TRACES_JSON, b"next").result(timeout=10) > (0, 0)
+    finally:
+        pool.shutdown(wait=False)
+    assert spool.syncs == 1
+    spool.close()
