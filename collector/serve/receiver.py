@@ -190,8 +190,9 @@ class Receiver:
             with self.pipeline.lock:
                 self.pipeline.counters.refused = self._worker.dropped
             raise QueueFull()
-        record = (*self.spool.append(kind, body), kind, body)
-        self._worker.put(record, len(body))
+        # queued by the spool once synced, in its order (see Spool.append): requests share syncs
+        # and end them in any order, but a slice's progress is its last record's position
+        self.spool.append(kind, body, lambda end: self._worker.put((*end, kind, body), len(body)))
 
     @property
     def refused(self) -> int:

@@ -25,12 +25,13 @@ an older one.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import struct
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from collector.errors import StoreError
@@ -92,6 +93,10 @@ class Spool:
         """How many syncs the appends took (fewer than appends when they came together)."""
         self._cuts = 0
         """How many times unsynced records were cut off after a failed sync (see :meth:`_cut_unsynced`)."""
+        self._waiting: collections.deque[tuple[tuple[int, int], Callable[[tuple[int, int]], None]]] = (
+            collections.deque()
+        )
+        """(end, ``on_synced``) of the records written and not yet synced, in the spool's order."""
         segments = self.segments()
         if segments:
             self._current = segments[-1]
@@ -119,8 +124,16 @@ class Spool:
             with open(self._path(n), "r+b") as f:
                 f.truncate(good)
 
-    def append(self, kind: int, body: bytes) -> tuple[int, int]:
+    def append(
+        self, kind: int, body: bytes, on_synced: Callable[[tuple[int, int]], None] | None = None
+    ) -> tuple[int, int]:
         """Write one record and return (segment, offset after it) once it is synced to disk.
+
+        ``on_synced`` is called with that position once the record is synced, holding the
+        spool's lock, for every record in the spool's order (the receiver queues the record
+        for measuring there: it writes its progress as the last position of a slice, so a
+        record queued behind a later one would be skipped, and its segment released). It is
+        not called for a record a failed sync cut off; it must be quick and must not raise.
 
         Appends that come together share a sync (group commit): the record is written under
         the spool's lock, then one appender at a time syncs the file for every record written
@@ -152,6 +165,8 @@ class Spool:
                 raise StoreError(f"cannot write to the spool in {self.folder}: {e.strerror}") from e
             mine = (self._current, self._file.tell())
             cuts = self._cuts
+            if on_synced is not None:
+                self._waiting.append((mine, on_synced))
         self._sync_to(mine, cuts)
         return mine
 
@@ -188,20 +203,29 @@ class Spool:
             os.close(fd)
             with self._lock:  # whatever happened: the next appender may sync
                 self._syncing = False
-                if synced:
-                    self.syncs += 1
-                    self._synced = max(self._synced, upto)
-                elif self._current == upto[0]:  # else a new segment began, having synced this one
-                    self._cut_unsynced()
-                self._sync_done.notify_all()
+                try:
+                    if synced:
+                        self._synced_to(upto)
+                    elif self._current == upto[0]:  # else a new segment began, having synced this one
+                        self._cut_unsynced()
+                finally:
+                    self._sync_done.notify_all()
 
     def _sync_current(self) -> None:
         """Sync the current segment (holding ``_lock``): every record written to it so far is on disk."""
         upto = (self._current, self._file.tell())
         _sync(self._file.fileno())
+        self._synced_to(upto)
+        self._sync_done.notify_all()
+
+    def _synced_to(self, upto: tuple[int, int]) -> None:
+        """Note a sync of every record up to ``upto`` (holding ``_lock``) and hand those records on."""
         self.syncs += 1
         self._synced = max(self._synced, upto)
-        self._sync_done.notify_all()
+        waiting = self._waiting
+        while waiting and waiting[0][0] <= self._synced:
+            end, on_synced = waiting.popleft()
+            on_synced(end)
 
     def _cut_unsynced(self) -> None:
         """After a failed sync (holding ``_lock``), cut the current segment back to what is known to
@@ -210,6 +234,7 @@ class Spool:
         those records see ``_cuts`` change and answer 503, and their exporters send them again."""
         segment, offset = self._synced
         self._cuts += 1
+        self._waiting.clear()  # every record not synced yet was in this segment, after offset
         self._undo(offset if segment == self._current else 0)
         self._sync_done.notify_all()
 

@@ -182,11 +182,12 @@ def test_concurrent_appends_share_syncs_and_each_returns_only_once_its_record_is
     covered = _slow_sync(monkeypatch, 0.01)
     spool = Spool(str(tmp_path / "s"))
     late: list[tuple[int, int]] = []
+    handed_on: list[tuple[int, int]] = []
 
     def appender(t: int) -> list[tuple[int, int]]:
         ends = []
         for i in range(10):
-            end = spool.append(TRACES_PROTOBUF, f"thread {t} body {i}".encode() * 50)
+            end = spool.append(TRACES_PROTOBUF, f"thread {t} body {i}".encode() * 50, handed_on.append)
             if not covered or max(covered) < end[1]:
                 late.append(end)  # returned before a sync covered it
             ends.append(end)
@@ -196,6 +197,8 @@ def test_concurrent_appends_share_syncs_and_each_returns_only_once_its_record_is
         ends = [end for part in pool.map(appender, range(8)) for end in part]
     assert late == []
     assert spool.syncs == len(covered) and spool.syncs <= len(ends) // 2  # 80 appends, a sync shared by several
+    # the appenders of one sync return in any order; the records are handed on in the spool's
+    assert handed_on == sorted(ends)
     spool.close()
     reopened = Spool(str(tmp_path / "s"))
     replayed = list(reopened.replay(0, 0))
@@ -213,12 +216,15 @@ def test_concurrent_appends_across_segments_replay_every_record(
     spool = Spool(str(tmp_path / "s"), segment_bytes=2000)
     spool.prepare_spares()
 
+    handed_on: list[tuple[int, int]] = []
+
     def appender(t: int) -> list[tuple[int, int]]:
-        return [spool.append(TRACES_JSON, f"thread {t} body {i}".encode() * 20) for i in range(15)]
+        return [spool.append(TRACES_JSON, f"thread {t} body {i}".encode() * 20, handed_on.append) for i in range(15)]
 
     with ThreadPoolExecutor(6) as pool:
         ends = [end for part in pool.map(appender, range(6)) for end in part]
     assert len({segment for segment, _ in ends}) > 10
+    assert handed_on == sorted(ends)  # in order across segments too
     _crash(spool)
     reopened = Spool(str(tmp_path / "s"), segment_bytes=2000)
     assert sorted((s, e) for s, e, _, _ in reopened.replay(0, 0)) == sorted(ends)
@@ -247,9 +253,11 @@ def test_a_failed_sync_is_a_store_error_and_cuts_every_record_it_may_have_lost(
     monkeypatch.setattr(spool_module, "_sync", failing)
     errors: dict[str, str] = {}
 
+    handed_on: list[tuple[int, int]] = []
+
     def append(name: str) -> None:
         try:
-            spool.append(TRACES_JSON, name.encode())
+            spool.append(TRACES_JSON, name.encode(), handed_on.append)
         except StoreError as e:
             errors[name] = str(e)
 
@@ -263,7 +271,8 @@ def test_a_failed_sync_is_a_store_error_and_cuts_every_record_it_may_have_lost(
     assert "cannot sync the spool" in errors["first"] and "Input/output error" in errors["first"]
     assert "an earlier sync failed" in errors["second"]  # written behind the failed sync: not acknowledged
     monkeypatch.setattr(spool_module, "_sync", real)
-    spool.append(TRACES_JSON, b"after")
+    after = spool.append(TRACES_JSON, b"after", handed_on.append)
+    assert handed_on == [after]  # the records cut were never handed on
     spool.close()
     reopened = Spool(str(folder))
     assert [body for *_, body in reopened.replay(0, 0)] == [b"before", b"after"]
