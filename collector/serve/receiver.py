@@ -6,8 +6,9 @@ Request path (kept short so exporters never wait on token counting):
 2. decode the body with the official protobuf messages or the OTLP/JSON rules (400 when
    it cannot be decoded; spans with bad ids are rejected and reported as partial success);
 3. refuse with 503 / ``UNAVAILABLE`` and a retry hint when the queue is full;
-4. append the body to the spool and fsync it (:mod:`collector.serve.spool`): only now is the
-   request **safe**, and only now is it acknowledged (200 / ``OK``).
+4. append the body to the spool and fsync it, a sync shared with the requests that arrived
+   meanwhile (:mod:`collector.serve.spool`): only now is the request **safe**, and only now is
+   it acknowledged (200 / ``OK``).
 
 Measuring runs on a background thread that batches spooled requests, measures a large batch
 in worker processes (:mod:`collector.measuring`: every core) and a small one on a thread

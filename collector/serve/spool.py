@@ -129,19 +129,20 @@ class Spool:
     ) -> tuple[int, int]:
         """Write one record and return (segment, offset after it) once it is synced to disk.
 
-        ``on_synced`` is called with that position once the record is synced, holding the
-        spool's lock, for every record in the spool's order (the receiver queues the record
-        for measuring there: it writes its progress as the last position of a slice, so a
-        record queued behind a later one would be skipped, and its segment released). It is
-        not called for a record a failed sync cut off; it must be quick and must not raise.
-
         Appends that come together share a sync (group commit): the record is written under
         the spool's lock, then one appender at a time syncs the file for every record written
         until then, and an appender whose record a sync already covered returns without one.
-        One sync took ~0.4 ms on the machine the benchmarks run on (writing a 100 KB request,
-        ~0.04 ms), and takes milliseconds on a disk that honours it: one a request made the
-        sync the ceiling of a receiver that many exporters send to at once
-        (``benchmarks/bench_spool.py``).
+        A sync took ~0.4 ms on the machine the benchmarks run on, ten times the write of a
+        100 KB request, and takes milliseconds on a disk that honours it: with a sync of its
+        own for every request, the sync was the ceiling of a receiver that many exporters send
+        to at once (``benchmarks/bench_spool.py``).
+
+        ``on_synced`` is called with the record's position once it is synced, holding the
+        spool's lock, record after record in the spool's order, whatever order their appends
+        return in (the receiver queues the record for measuring there: a slice's progress is
+        its last record's position, so a record queued behind a later one would be skipped and
+        its segment released). It is not called for a record a failed sync cut off; it must be
+        quick and must not raise.
 
         Raises:
             StoreError: the disk refused the write or the sync; the request must not be acknowledged.
