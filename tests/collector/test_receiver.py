@@ -424,3 +424,42 @@ def test_a_request_the_store_refuses_is_set_aside_and_the_rest_are_written(serve
     assert "could not be stored and was set aside (2 call(s) not stored)" in issues[0][2]
     assert str(kept[0]) in issues[0][2] and "NOT NULL" in issues[0][2]
     assert failed == (2,)
+
+
+def test_concurrent_requests_sharing_spool_syncs_are_all_written_and_progress_ends_at_the_last(
+    serve, db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import collector.serve.receiver as receiver_module
+    import collector.serve.spool as spool_module
+    from collector.store.database import read_progress
+
+    real = spool_module._sync
+
+    def slow(fd: int) -> None:  # a disk that honours syncs: requests arrive while one runs
+        time.sleep(0.003)
+        real(fd)
+
+    monkeypatch.setattr(spool_module, "_sync", slow)
+    monkeypatch.setattr(receiver_module, "SLICE_BYTES", 1)  # every request a slice: progress moves with each
+    r = serve()
+
+    def send(t: int) -> list[int]:
+        return [
+            post(
+                f"{r.url}/v1/traces",
+                json.dumps(otlp(tool(i + 1, f"result {t}.{i}", trace=f"{t:016x}{i:016x}"))).encode(),
+            )[0]
+            for i in range(10)
+        ]
+
+    with ThreadPoolExecutor(8) as pool:
+        statuses = [s for part in pool.map(send, range(8)) for s in part]
+    assert statuses == [200] * 80
+    assert r.receiver.flush(timeout_s=60)
+    assert len(stored(db_path)) == 80  # none skipped by a request queued behind a later one
+    spool = r.receiver.spool
+    assert spool.syncs < 80  # requests shared syncs
+    assert read_progress(db_path, r.receiver.receiver_id) == list(spool.replay(0, 0))[-1][:2]
