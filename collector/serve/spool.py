@@ -190,7 +190,8 @@ class Spool:
                 self._sync_done.wait()
             try:
                 fd = os.dup(self._file.fileno())
-            except OSError as e:  # out of descriptors: no sync began, so none is waited for
+            except OSError as e:  # out of descriptors: no sync began, so none is waited for; the
+                # record stays, handed on by the next sync (its resend is then a duplicate, ignored)
                 raise StoreError(f"cannot sync the spool in {self.folder}: {e.strerror}") from e
             upto = (self._current, self._file.tell())
             self._syncing = True
