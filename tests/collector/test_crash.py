@@ -114,3 +114,51 @@ def test_a_faster_producer_gets_503_and_the_real_exporter_retries_until_stored(s
     assert r.receiver.flush(timeout_s=180)
     with read_connection(db_path) as con:
         assert con.execute("SELECT count(*) FROM tool_calls").fetchone() == (300,)
+
+
+def test_kill_9_while_concurrent_senders_share_spool_syncs_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    db = str(tmp_path / "crash.duckdb")
+    port = _free_port()
+    proc = _start(db, port)
+    acked: list[str] = []
+    lock = threading.Lock()
+    enough = threading.Event()
+
+    def sender(t: int) -> None:
+        for n in range(40):
+            spans = [tool(k, "word " * 2000 + f"sender {t} batch {n} span {k}", trace=f"{t:08x}{n:08x}{k:016x}")
+                     for k in range(1, 6)]  # fmt: skip
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/traces", data=json.dumps(otlp(*spans)).encode(),
+                                         headers={"Content-Type": "application/json"}, method="POST")  # fmt: skip
+            try:
+                with urllib.request.urlopen(req, timeout=30) as resp:
+                    if resp.status == 200:
+                        with lock:
+                            acked.extend(s["traceId"] + s["spanId"] for s in spans)
+                            if len(acked) >= 300:
+                                enough.set()
+            except (urllib.error.URLError, ConnectionError):
+                return
+
+    with ThreadPoolExecutor(6) as pool:
+        running = [pool.submit(sender, t) for t in range(6)]
+        enough.wait(120)
+        os.kill(proc.pid, signal.SIGKILL)  # requests in flight, sharing syncs, acknowledged work still queued
+        for f in running:
+            f.result()
+    proc.wait()
+    assert len(acked) >= 300
+    proc = _start(db, port)  # replays the spool from the progress the store holds
+    try:
+        deadline = time.monotonic() + 180
+        while _count(db) < len(acked) and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    with read_connection(db) as con:
+        stored = {r[0] + r[1] for r in con.execute("SELECT trace_id, span_id FROM tool_calls").fetchall()}
+    assert set(acked) <= stored, f"{len(set(acked) - stored)} acknowledged spans lost"
