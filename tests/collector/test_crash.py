@@ -47,6 +47,21 @@ def _count(db: str) -> int:
         return -1
 
 
+def _replayed(db: str, port: int, acked: int) -> set[str]:
+    """Start the receiver again (it replays its spool from the position the store holds), wait
+    until ``acked`` calls are stored, stop it; the (trace id + span id) of every stored call."""
+    proc = _start(db, port)
+    try:
+        deadline = time.monotonic() + 180
+        while _count(db) < acked and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    with read_connection(db) as con:
+        return {r[0] + r[1] for r in con.execute("SELECT trace_id, span_id FROM tool_calls").fetchall()}
+
+
 def test_kill_9_mid_stream_loses_nothing_acknowledged(tmp_path: Path) -> None:
     db = str(tmp_path / "crash.duckdb")
     port = _free_port()
@@ -69,16 +84,8 @@ def test_kill_9_mid_stream_loses_nothing_acknowledged(tmp_path: Path) -> None:
     proc.wait()
     assert len(acked) >= 400
     before_restart = _count(db)
-    proc = _start(db, port)  # replays the spool
-    try:
-        deadline = time.monotonic() + 180
-        while _count(db) < len(acked) and time.monotonic() < deadline:
-            time.sleep(0.5)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=120)
+    stored = _replayed(db, port, len(acked))
     with read_connection(db) as con:
-        stored = {r[0] + r[1] for r in con.execute("SELECT trace_id, span_id FROM tool_calls").fetchall()}
         # nothing half-written: every stored call has its figures
         assert con.execute("SELECT count(*) FROM tool_calls WHERE raw_tokens IS NULL").fetchone() == (0,)
     assert set(acked) <= stored, (
@@ -151,14 +158,5 @@ def test_kill_9_while_concurrent_senders_share_spool_syncs_loses_nothing_acknowl
             f.result()
     proc.wait()
     assert len(acked) >= 300
-    proc = _start(db, port)  # replays the spool from the progress the store holds
-    try:
-        deadline = time.monotonic() + 180
-        while _count(db) < len(acked) and time.monotonic() < deadline:
-            time.sleep(0.5)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=120)
-    with read_connection(db) as con:
-        stored = {r[0] + r[1] for r in con.execute("SELECT trace_id, span_id FROM tool_calls").fetchall()}
+    stored = _replayed(db, port, len(acked))
     assert set(acked) <= stored, f"{len(set(acked) - stored)} acknowledged spans lost"
