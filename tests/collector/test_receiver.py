@@ -429,20 +429,13 @@ def test_a_request_the_store_refuses_is_set_aside_and_the_rest_are_written(serve
 def test_concurrent_requests_sharing_spool_syncs_are_all_written_and_progress_ends_at_the_last(
     serve, db_path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]
-    import time
     from concurrent.futures import ThreadPoolExecutor
 
     import collector.serve.receiver as receiver_module
-    import collector.serve.spool as spool_module
     from collector.store.database import read_progress
+    from tests.collector.test_spool import slow_sync
 
-    real = spool_module._sync
-
-    def slow(fd: int) -> None:  # a disk that honours syncs: requests arrive while one runs
-        time.sleep(0.003)
-        real(fd)
-
-    monkeypatch.setattr(spool_module, "_sync", slow)
+    slow_sync(monkeypatch, 0.003)  # a disk that honours syncs: requests arrive while one runs
     monkeypatch.setattr(receiver_module, "SLICE_BYTES", 1)  # every request a slice: progress moves with each
     r = serve()
 

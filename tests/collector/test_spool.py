@@ -158,7 +158,7 @@ def test_segments_written_over_prepared_spares_replay_their_records_only(tmp_pat
     assert [name for name in os.listdir(folder) if name.startswith("spare-")] == []
 
 
-def _slow_sync(monkeypatch: pytest.MonkeyPatch, seconds: float) -> list[int]:
+def slow_sync(monkeypatch: pytest.MonkeyPatch, seconds: float) -> list[int]:
     """The spool's sync, made as slow as a disk that honours it; returns the file sizes each sync
     covered (taken before the real sync, appended after it returned)."""
     import collector.serve.spool as spool_module
@@ -179,7 +179,7 @@ def _slow_sync(monkeypatch: pytest.MonkeyPatch, seconds: float) -> list[int]:
 def test_concurrent_appends_share_syncs_and_each_returns_only_once_its_record_is_synced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    covered = _slow_sync(monkeypatch, 0.01)
+    covered = slow_sync(monkeypatch, 0.01)
     spool = Spool(str(tmp_path / "s"))
     late: list[tuple[int, int]] = []
     handed_on: list[tuple[int, int]] = []
@@ -212,7 +212,7 @@ def test_concurrent_appends_share_syncs_and_each_returns_only_once_its_record_is
 def test_concurrent_appends_across_segments_replay_every_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _slow_sync(monkeypatch, 0.002)
+    slow_sync(monkeypatch, 0.002)
     spool = Spool(str(tmp_path / "s"), segment_bytes=2000)
     spool.prepare_spares()
 
