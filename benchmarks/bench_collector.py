@@ -65,6 +65,7 @@ def _payloads() -> list[str]:
 IDLE_BASELINE = "BatchSpanProcessor, worker idle (baseline below)"
 IDLE_VARIANT = "ToolResultProcessor, on_end only (worker idle)"
 BATCH = "BatchSpanProcessor + no-op exporter"
+FORWARDING = "ToolResultProcessor, forwarding mode"
 WARM_UNITS = 200
 """Spans each variant of the agent-work table makes before it is timed."""
 
@@ -81,13 +82,18 @@ def _other_threads_cpu() -> dict[int, float]:
 
 
 def agent_side(
-    spans: int, rounds: int, result: str, port: int, receiver_pid: int
-) -> list[tuple[str, float, float, float, float, float]]:
+    spans: int, rounds: int, results_of: list[str], port: int, receiver_pid: int
+) -> tuple[list[tuple[str, float, float, float, float, float]], float]:
     """Medians over rounds, per tool span: wall time on the agent's thread, that thread's own
     CPU, the CPU of the processor's threads (its worker; the relay's threads) while the agent
     ran and until the processor had handed on every span; then the first two as ratios to
     the baseline's run in the same round. The processor's threads take the GIL from the
-    agent, so their CPU is what the agent waits for."""
+    agent, so their CPU is what the agent waits for. Also the median wall time of forwarding
+    mode's first span and flush, which starts its helper process.
+
+    Every variant is warmed with one span and a flush before its timed run, as in
+    :func:`agent_work_slowdown`: the forwarding helper's start is paid once in an agent's life,
+    not by each of the spans of a short run (it is reported on its own line)."""
     tmp = tempfile.mkdtemp(prefix="toolmeter-bench-")
 
     def no_processor() -> tuple[TracerProvider, object]:
@@ -130,20 +136,27 @@ def agent_side(
         return tp, p
 
     variants = [("no processor", no_processor), (BATCH, batch_noop),
-                ("ToolResultProcessor, forwarding mode", forwarding),
+                (FORWARDING, forwarding),
                 ("ToolResultProcessor, in-process (worker measuring)", toolmeter),
                 (IDLE_BASELINE, batch_idle),
                 (IDLE_VARIANT, toolmeter_idle)]  # fmt: skip
     results: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _ in variants}
-    attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_orders",
-             "gen_ai.tool.call.result": result}  # fmt: skip
+    starts: list[float] = []
+    calls = _tool_attributes(results_of, spans)
     for r in range(rounds):
         for name, make in variants[r % len(variants) :] + variants[: r % len(variants)]:  # each in every place
             tp, _p = make()
             tracer = tp.get_tracer("bench")
+            w0 = time.perf_counter()
+            with tracer.start_as_current_span("execute_tool search_orders", attributes=calls[0]):
+                pass
+            tp.force_flush()
+            if name == FORWARDING:
+                starts.append(time.perf_counter() - w0)
+            _wait_idle(receiver_pid)
             before = _other_threads_cpu()
             t0, c0 = time.perf_counter(), time.thread_time()
-            for _i in range(spans):
+            for attrs in calls:
                 with tracer.start_as_current_span("execute_tool search_orders", attributes=attrs):
                     pass
             wall, own = time.perf_counter() - t0, time.thread_time() - c0
@@ -163,7 +176,15 @@ def agent_side(
         wall_ratio = statistics.median(r[0] / b[0] for r, b in zip(v, base, strict=True))
         own_ratio = statistics.median(r[1] / b[1] for r, b in zip(v, base, strict=True))
         out.append((name, wall, own, others, wall_ratio, own_ratio))
-    return out
+    return out, statistics.median(starts)
+
+
+def _tool_attributes(results_of: list[str], calls: int) -> list[dict[str, str]]:
+    """The attributes of ``calls`` tool spans, each call with a result of its own (the results
+    cycle through ``results_of``): a real tool returns new text every call, and a serialiser
+    that finds one string object repeated writes it once."""
+    base = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_orders"}
+    return [{**base, "gen_ai.tool.call.result": results_of[i % len(results_of)]} for i in range(calls)]
 
 
 def on_end_alone(calls: int = 100_000) -> list[tuple[str, float]]:
@@ -238,7 +259,7 @@ def _wait_idle(pid: int, quiet_s: float = 0.3, timeout_s: float = 120) -> None:
 
 
 def agent_work_slowdown(
-    units: int, rounds: int, result: str, port: int, receiver_pid: int
+    units: int, rounds: int, results_of: list[str], port: int, receiver_pid: int
 ) -> list[tuple[str, float, float, float, float]]:
     """(variant, wall seconds, agent-thread CPU seconds, and each as a ratio to the no-processor
     run of the same round) per unit of agent work, each unit followed by one tool span; medians
@@ -273,14 +294,13 @@ def agent_work_slowdown(
     variants = [("no processor", none), ("BatchSpanProcessor + no-op exporter", batch),
                 ("ToolResultProcessor, in-process", in_process),
                 ("ToolResultProcessor, forwarding to toolmeter serve", forwarding)]  # fmt: skip
-    attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_orders",
-             "gen_ai.tool.call.result": result}  # fmt: skip
+    calls = _tool_attributes(results_of, units)
     # every variant is set up and warmed once, untimed: an agent runs for hours, and the
     # forwarding helper's start (an interpreter importing protobuf, ~0.3 s of CPU) is paid once
     providers = {name: make() for name, make in variants}
     for tp in providers.values():
         tracer = tp.get_tracer("bench")
-        for _i in range(WARM_UNITS):
+        for attrs in calls[:WARM_UNITS]:
             with tracer.start_as_current_span("execute_tool search_orders", attributes=attrs):
                 pass
         tp.force_flush()
@@ -294,7 +314,7 @@ def agent_work_slowdown(
         for name in order[r % len(order) :] + order[: r % len(order)]:  # each variant in every place
             tracer = providers[name].get_tracer("bench")
             t0, c0 = time.perf_counter(), time.thread_time()
-            for _i in range(units):
+            for attrs in calls:
                 _agent_work()
                 with tracer.start_as_current_span("execute_tool search_orders", attributes=attrs):
                     pass
@@ -376,9 +396,11 @@ def main() -> None:
 
 
 def report(args: argparse.Namespace, port: int, receiver_pid: int) -> None:
-    result = json.dumps([{"id": i, "status": "paid", "amount": i * 1.5} for i in range(20)])
-    print(f"1. agent-side time per tool span ({args.spans:,} spans x {args.rounds} rounds, median; 1 KB result)")
-    rows = agent_side(args.spans, args.rounds, result, port, receiver_pid)
+    results_of = [json.dumps([{"id": n + i, "status": "paid", "amount": i * 1.5} for i in range(20)])
+                  for n in range(1000)]  # fmt: skip
+    print(f"1. agent-side time per tool span ({args.spans:,} spans x {args.rounds} rounds, median; 1 KB results, "
+          "each call its own)")  # fmt: skip
+    rows, helper_start = agent_side(args.spans, args.rounds, results_of, port, receiver_pid)
     print("   (wall: the agent's time a span; agent CPU: its thread's own; processor CPU: the")
     print("   processor's threads, until every span was handed on. 'vs Batch': the median over rounds of")
     print("   each run against the Batch row above it in the same round)")
@@ -386,15 +408,18 @@ def report(args: argparse.Namespace, port: int, receiver_pid: int) -> None:
     for name, wall, own, others, wall_ratio, own_ratio in rows:
         print(f"   {name:<50} {wall * 1e6:>9.2f} {wall_ratio:>8.2f}x {own * 1e6:>10.2f} {own_ratio:>8.2f}x "
               f"{others * 1e6:>10.2f}")  # fmt: skip
+    print(f"   forwarding mode's first span and flush, which start its helper (once, untimed above): "
+          f"{helper_start * 1e3:.0f} ms")  # fmt: skip
     print("\n   on_end alone (timeit, 100,000 calls of one finished span)")
     rows2 = on_end_alone()
     base2 = rows2[0][1]
     for name, sec in rows2:
         print(f"   {name:<50} {sec * 1e6:>9.2f} {sec / base2:>8.2f}x")
-    work_result = json.dumps([{"id": i, "status": "paid", "amount": i * 1.5, "note": "x" * 40} for i in range(60)])
+    work_results = [json.dumps([{"id": n + i, "status": "paid", "amount": i * 1.5, "note": "x" * 40} for i in range(60)])
+                    for n in range(1000)]  # fmt: skip
     print(f"\n2. agent's own work while toolmeter ingests every span at full rate ({args.work_rounds} rounds of "
-          f"{args.work_units:,} units of ~0.3 ms, one {len(work_result) / 1000:.1f} KB tool span after each; medians)")  # fmt: skip
-    rows4 = agent_work_slowdown(args.work_units, args.work_rounds, work_result, port, receiver_pid)
+          f"{args.work_units:,} units of ~0.3 ms, one {len(work_results[0]) / 1000:.1f} KB tool span after each, each call its own result; medians)")  # fmt: skip
+    rows4 = agent_work_slowdown(args.work_units, args.work_rounds, work_results, port, receiver_pid)
     print("   (wall: what the agent waited; CPU: what its own thread spent, so what the rest of the")
     print("   machine took from it is the difference. The receiver runs on the last CPU. 'vs none':")
     print("   the median over rounds of each run against the no-processor run of its round.)")

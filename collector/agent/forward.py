@@ -52,14 +52,18 @@ def with_payloads(span: ReadableSpan, raw: str | bytes | None, view: str | bytes
     # message keeps saying so, as the span itself would have
     attrs = BoundedAttributes(attributes=with_payload_attributes(span.attributes or {}, raw, view), immutable=True)
     attrs.dropped = span.dropped_attributes
+    # the SDK's own lists, not the tuples its properties copy them into: they carry the counts
+    # of events and links dropped by its limits, as the attributes do above
+    events = getattr(span, "_events", None)
+    links = getattr(span, "_links", None)
     return ReadableSpan(
         name=span.name,
         context=span.context,
         parent=span.parent,
         resource=span.resource,
         attributes=attrs,
-        events=span.events,
-        links=span.links,
+        events=events if events is not None else span.events,
+        links=links if links is not None else span.links,
         kind=span.kind,
         status=span.status,
         start_time=span.start_time,

@@ -3,14 +3,15 @@
 Building OTLP protobuf is Python work (one message object per attribute), and in the
 agent's interpreter it competes with the agent for the GIL. So in forwarding mode the
 processor's worker thread only flattens each finished span into a tuple of plain values
-and writes it, marshalled, to this helper's stdin (:mod:`collector.agent.frames`); the
+and writes it, serialised, to this helper's stdin (:mod:`collector.agent.frames`); the
 helper encodes them as the SDK's OTLP encoder would and POSTs them
 (:class:`collector.agent.forward.Forwarder`: retries, bearer token, gzip off loopback).
 
 The protocol on the pipes:
 
-- agent to helper: frames of a 4-byte little-endian length and a marshalled
-  ``("spans", seq, resources, scopes, spans)`` or ``("flush", seq)``;
+- agent to helper: frames of a header (the body's length and format, see
+  :data:`collector.agent.frames.HEADER`) and a body, ``("spans", seq, resources, scopes, spans)``
+  or ``("flush", seq)`` as MessagePack (marshal for what MessagePack cannot carry);
 - helper to agent: one line per frame, ``sent SEQ N``, ``failed SEQ N`` or ``flushed SEQ``.
 
 Lifetime: the helper ends when its stdin closes (the processor shut down, or the agent's
@@ -27,7 +28,6 @@ import collections
 import contextlib
 import fcntl
 import logging
-import marshal
 import os
 import queue
 import signal
@@ -41,7 +41,7 @@ from typing import IO, Any, Final
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from collector.agent.frames import LENGTH, encode, flatten, frame
+from collector.agent.frames import HEADER, encode, flatten, frame, unframe
 from collector.config import RELAY_ENDPOINT_ENV, RELAY_TOKEN_ENV
 
 logger = logging.getLogger("toolmeter")
@@ -70,7 +70,7 @@ class _Helper:
 class Relay:
     """The agent's end: starts the helper on first use and hands it batches.
 
-    ``send`` runs on the processor's worker thread. It flattens and marshals the batch there and
+    ``send`` runs on the processor's worker thread. It flattens and serialises the batch there and
     puts the frame in an outbox that a writer thread empties into the pipe: the batch's spans are
     then released at once, while a slow helper catches up from compact bytes the garbage
     collector never walks (held as spans, a burst of 10,000 costs the agent's every later
@@ -121,11 +121,12 @@ class Relay:
         env.pop(RELAY_TOKEN_ENV, None)
         if self.token:
             env[RELAY_TOKEN_ENV] = self.token
-        # the helper imports this package from where the agent found it, whatever its sys.path
+        # the helper imports this package from where the agent found it, whatever its sys.path;
+        # -P: not from the working directory, which -c puts first (a project's own "collector")
         home = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (home, env.get("PYTHONPATH")) if p)
         proc = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from collector.agent.relay import run_helper; sys.exit(run_helper())"],
+            [sys.executable, "-P", "-c", "import sys; from collector.agent.relay import run_helper; sys.exit(run_helper())"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True,
         )  # fmt: skip
         if proc.stdin is not None and hasattr(fcntl, "F_SETPIPE_SZ"):
@@ -168,7 +169,7 @@ class Relay:
             self._changed.notify_all()
 
     def _put(self, kind: str, body: tuple[Any, ...], spans: int = 0) -> int:
-        """Number, marshal and queue one frame; its number. Raises OSError when no helper can run."""
+        """Number, serialise and queue one frame; its number. Raises OSError when no helper can run."""
         if self._broken is not None:
             raise self._broken
         if self._helper is None:
@@ -320,14 +321,14 @@ class Relay:
 def _read_frames(stdin: IO[bytes], inbox: queue.Queue[Any], eof: threading.Event) -> None:
     try:
         while True:
-            head = stdin.read(LENGTH.size)
-            if len(head) < LENGTH.size:
+            head = stdin.read(HEADER.size)
+            if len(head) < HEADER.size:
                 break
-            (size,) = LENGTH.unpack(head)
+            size, kind = HEADER.unpack(head)
             data = stdin.read(size)
             if len(data) < size:
                 break
-            inbox.put(marshal.loads(data))
+            inbox.put(unframe(kind, data))
     finally:
         eof.set()
         inbox.put(None)

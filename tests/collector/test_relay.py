@@ -34,7 +34,14 @@ def _helper(processor: ToolResultProcessor) -> object:
     return relay._helper.proc
 
 
-def test_forwarded_spans_arrive_whole_through_the_helper(serve, db_path: str, counter) -> None:  # type: ignore[no-untyped-def]
+def test_forwarded_spans_arrive_whole_through_the_helper(serve, db_path: str, counter, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                        monkeypatch) -> None:  # fmt: skip
+    # the agent runs from a project with a package of the same name: the helper still imports
+    # toolmeter's own (a script's folder comes first on its path)
+    decoy = tmp_path / "project" / "collector"
+    decoy.mkdir(parents=True)
+    (decoy / "__init__.py").write_text("raise ImportError('the project\\'s own collector package')\n")
+    monkeypatch.chdir(decoy.parent)
     r = serve(token=TOKEN)
     processor = ToolResultProcessor(forward_to=r.url, forward_token=TOKEN, flush_interval=0.05)
     # two attributes over the limit: the count the SDK dropped must reach the receiver too
@@ -187,7 +194,8 @@ def test_the_helpers_encoding_equals_the_sdks_field_for_field() -> None:
     from opentelemetry.trace import Link, NonRecordingSpan, SpanKind, TraceFlags, TraceState, set_span_in_context
     from opentelemetry.trace import SpanContext as Ctx
 
-    from collector.agent.frames import _read, _read_sdk, encode, flatten
+    from collector.agent.forward import with_payloads
+    from collector.agent.frames import HEADER, MSGPACK, _read, _read_sdk, encode, flatten, frame, unframe
 
     class Keep(SpanProcessor):
         def __init__(self) -> None:
@@ -229,8 +237,13 @@ def test_the_helpers_encoding_equals_the_sdks_field_for_field() -> None:
             list(v) if i in (12, 14) else v for i, v in enumerate(public)
         ]
     assert any(_read_sdk(s)[13] for s, _, _ in spans) and any(_read_sdk(s)[3] for s, _, _ in spans)  # type: ignore[arg-type]
+    # through the pipe's framing and back, as the helper reads it
+    header, body = frame(("spans", 1, resources, scopes, flat))
+    size, kind = HEADER.unpack(header)
+    assert (size, kind) == (len(body), MSGPACK)
+    _, _, resources, scopes, flat = unframe(kind, body)
     ours = ExportTraceServiceRequest.FromString(encode(resources, scopes, flat))
-    sdk = encode_spans(_rebuild(resources, scopes, flat))
+    sdk = encode_spans([with_payloads(span, raw, view) for span, raw, view in spans])  # type: ignore[arg-type]
     assert ours == sdk
     assert len(ours.resource_spans) == 2 and all(len(r.scope_spans) == 2 for r in ours.resource_spans)
     sent = [s for r in ours.resource_spans for ss in r.scope_spans for s in ss.spans]
@@ -242,6 +255,31 @@ def test_the_helpers_encoding_equals_the_sdks_field_for_field() -> None:
     assert first.dropped_attributes_count == 3 and first.dropped_events_count == 1 and first.dropped_links_count == 1
     assert first.trace_state == "vendor=v1,k=2" and first.parent_span_id == (0xDEF).to_bytes(8, "big")
     assert first.flags == 0x300  # the parent is remote, and the flags say that they say so
+
+
+def test_a_batch_messagepack_cannot_carry_goes_as_marshal_and_reads_back_the_same() -> None:
+    from collector.agent.frames import HEADER, MARSHAL, MSGPACK, frame, unframe
+
+    class Custom:
+        def __str__(self) -> str:
+            return "custom value"
+
+    def read(message: tuple[object, ...]) -> tuple[int, object]:
+        header, body = frame(message)
+        size, kind = HEADER.unpack(header)
+        assert size == len(body)
+        return kind, unframe(kind, body)
+
+    plain = ("spans", 1, [({"service.name": "billing"}, "")], [None], [("t", b"\x01" * 16, 2**64 - 1, {"b": b"x"})])
+    assert read(plain) == (MSGPACK, ["spans", 1, [[{"service.name": "billing"}, ""]], [None],
+                                     [["t", b"\x01" * 16, 2**64 - 1, {"b": b"x"}]]])  # fmt: skip
+    # an integer beyond 64 bits, a lone surrogate: marshal keeps them exactly
+    for odd in (2**70, -(2**63) - 1, "half a pair \ud800"):
+        message = ("spans", 2, [], [], [("t", {"v": odd})])
+        assert read(message) == (MARSHAL, message)
+    # a type neither knows travels as its text
+    assert read(("spans", 3, [], [], [("t", {"v": Custom(), "big": 2**70})])) == (
+        MARSHAL, ("spans", 3, [], [], [("t", {"v": "custom value", "big": 2**70})]))  # fmt: skip
 
 
 def test_payloads_added_in_this_thread_keep_the_count_of_attributes_the_sdk_dropped() -> None:
