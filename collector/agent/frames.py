@@ -13,7 +13,7 @@ import logging
 import marshal
 import operator
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -133,22 +133,28 @@ def _state_text(state: Any) -> str:
     return ",".join(f"{k}={v}" for k, v in state.items())
 
 
+FIELDS: Final = 19
+"""Values a span takes in :func:`flatten`'s list."""
+
+
 def flatten(
-    spans: Sequence[tuple[ReadableSpan, str | bytes | None, str | bytes | None]],
+    spans: Iterable[tuple[ReadableSpan, str | bytes | None, str | bytes | None]],
 ) -> tuple[list[Any], list[Any], list[Any]]:
-    """(resources, scopes, spans) of plain values for :func:`frame`; payloads parked by
+    """(resources, scopes, values) for :func:`frame`: the spans' plain values, :data:`FIELDS` a
+    span one after the other (:func:`records` groups them again); payloads parked by
     :func:`collector.record_tool_result` join the span's attributes as ``toolmeter.raw`` /
     ``toolmeter.view`` (of this copy only).
 
     On the agent's interpreter (the processor's worker thread), where its Python work is GIL
     time taken from the agent: about 1 us a span of the SDK's own (:func:`_read_sdk`), which is
-    why the loop calls as little as it can."""
+    why the loop calls as little as it can. One list, not a tuple a span: every container that
+    lives until the frame is made counts towards the agent's next garbage collection."""
     resources: list[Any] = []
     scopes: list[Any] = []
     resource_index: dict[int, int] = {}
     scope_index: dict[int, int] = {}
     out: list[Any] = []
-    append = out.append
+    extend = out.extend
     for span, raw, view in spans:
         (name, trace_id, span_id, state, parent_id, parent_remote, kind, start, end, bounded, code, description,
          events, dropped_events, links, dropped_links, resource, scope) = _read_sdk(span) if span.__class__ is ReadableSpan else _read(span)  # fmt: skip
@@ -170,7 +176,7 @@ def flatten(
             attrs, dropped = _plain(bounded), getattr(bounded, "dropped", 0)
         if raw is not None or view is not None:
             attrs = with_payload_attributes(attrs, raw, view)
-        append((
+        extend((
             name, trace_id, span_id, state, parent_id, parent_remote, _KIND.get(id(kind), 0), start, end,
             attrs, dropped, _CODE.get(id(code), 0), description,
             [(e.name, e.timestamp, _plain(e.attributes), e.dropped_attributes) for e in events] if events else (),
@@ -218,6 +224,16 @@ def _as_text(value: Any) -> Any:
     return str(value)
 
 
+def records(values: Sequence[Any]) -> Iterator[tuple[Any, ...]]:
+    """:func:`flatten`'s values, a tuple a span."""
+    return zip(*[iter(values)] * FIELDS, strict=True)
+
+
+def span_count(values: Sequence[Any]) -> int:
+    """How many spans :func:`flatten`'s values hold."""
+    return len(values) // FIELDS
+
+
 def encode(resources: list[Any], scopes: list[Any], flat: list[Any]) -> bytes:
     """An OTLP ``ExportTraceServiceRequest`` of flattened spans, field for field what the SDK's
     encoder (``encode_spans``) makes of the same spans, in a quarter of its time: no SDK span
@@ -225,7 +241,7 @@ def encode(resources: list[Any], scopes: list[Any], flat: list[Any]) -> bytes:
     local, remote = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK, SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
     grouped: dict[int, dict[int, list[Any]]] = {}
     for (name, trace_id, span_id, trace_state, parent_id, parent_remote, kind, start, end, attrs, dropped,
-         code, description, events, links, dropped_events, dropped_links, r, s) in flat:  # fmt: skip
+         code, description, events, links, dropped_events, dropped_links, r, s) in records(flat):  # fmt: skip
         span = PbSpan(
             trace_id=trace_id,
             span_id=span_id.to_bytes(8, "big"),
@@ -296,11 +312,19 @@ def _key_values(attrs: dict[str, Any] | None) -> list[Any]:
 def _any_value(value: Any) -> Any:
     t = value.__class__
     if t is str:
-        return AnyValue(string_value=value)
+        try:
+            return AnyValue(string_value=value)
+        except UnicodeEncodeError:  # a lone surrogate: protobuf strings are UTF-8, which cannot hold one
+            _warn_once("text that is not valid Unicode (a lone surrogate); it is sent with U+FFFD in its place")
+            return AnyValue(string_value=value.encode("utf-8", "surrogatepass").decode("utf-8", "replace"))
     if t is bool:
         return AnyValue(bool_value=value)
     if t is int:
-        return AnyValue(int_value=value)
+        try:
+            return AnyValue(int_value=value)
+        except ValueError:  # beyond OTLP's 64-bit integers
+            _warn_once("an integer beyond 64 bits; it is sent as its decimal text")
+            return AnyValue(string_value=str(value))
     if t is float:
         return AnyValue(double_value=value)
     if value is None:
@@ -313,3 +337,14 @@ def _any_value(value: Any) -> Any:
         return AnyValue(kvlist_value=KeyValueList(values=_key_values({str(k): v for k, v in value.items()})))
     logger.warning("toolmeter relay: an attribute value of type %s cannot be sent; left out", t.__name__)
     return None
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(what: str) -> None:
+    """Say once per helper that an attribute value had to be changed to be sent: a value OTLP
+    cannot carry made the whole batch fail to encode (and the helper exit) before."""
+    if what not in _warned:
+        _warned.add(what)
+        logger.warning("toolmeter relay: an attribute value held %s", what)

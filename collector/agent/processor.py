@@ -270,7 +270,7 @@ class ToolResultProcessor(SpanProcessor):
         relay = self._relay
         if relay is not None:
             try:
-                relay.send(list(map(_SPAN_PAYLOADS, items)))
+                relay.send(map(_SPAN_PAYLOADS, items))  # each pair made as flatten takes it, and gone after
                 return
             except OSError as e:
                 # no helper here (an embedded interpreter without a usable sys.executable, a

@@ -35,13 +35,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO, Any, Final
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from collector.agent.frames import HEADER, encode, flatten, frame, unframe
+from collector.agent.frames import HEADER, encode, flatten, frame, span_count, unframe
 from collector.config import RELAY_ENDPOINT_ENV, RELAY_TOKEN_ENV
 
 logger = logging.getLogger("toolmeter")
@@ -239,10 +239,10 @@ class Relay:
                 if attempt == 2:
                     raise OSError(f"the forwarding helper stopped (exit {helper.proc.poll()}): {e}") from e
 
-    def send(self, spans: Sequence[tuple[ReadableSpan, str | bytes | None, str | bytes | None]]) -> None:
+    def send(self, spans: Iterable[tuple[ReadableSpan, str | bytes | None, str | bytes | None]]) -> None:
         """Hand ``spans`` to the helper (raises OSError when it cannot be started or keeps dying)."""
         resources, scopes, flat = flatten(spans)
-        self._put("spans", (resources, scopes, flat), len(flat))
+        self._put("spans", (resources, scopes, flat), span_count(flat))
 
     def flush(self, timeout_s: float) -> bool:
         """Wait until the helper has answered for everything handed to it so far."""
@@ -359,6 +359,7 @@ def run_helper() -> int:
             print(f"flushed {message[1]}", file=out, flush=True)
             continue
         _, seq, resources, scopes, flat = message
-        ok = forwarder.send_encoded(encode(resources, scopes, flat), len(flat), stop=eof)
-        print(f"{'sent' if ok else 'failed'} {seq} {len(flat)}", file=out, flush=True)
+        count = span_count(flat)
+        ok = forwarder.send_encoded(encode(resources, scopes, flat), count, stop=eof)
+        print(f"{'sent' if ok else 'failed'} {seq} {count}", file=out, flush=True)
     return 0

@@ -150,44 +150,6 @@ def test_a_forked_child_does_not_hold_the_parents_helper_open(serve, tmp_path: P
     assert processor.counters["forwarded"] == 1
 
 
-def _rebuild(resources: list, scopes: list, flat: list) -> list:  # type: ignore[type-arg]
-    """The flattened spans as SDK spans again, for the SDK's own encoder to encode."""
-    from opentelemetry.attributes import BoundedAttributes
-    from opentelemetry.sdk.trace import Event, ReadableSpan
-    from opentelemetry.sdk.util import BoundedList
-    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-    from opentelemetry.trace import Link, SpanContext, SpanKind, TraceState
-
-    def bounded(attrs: dict, dropped: int) -> BoundedAttributes:  # type: ignore[type-arg]
-        b = BoundedAttributes(maxlen=None, attributes=attrs, immutable=False)
-        b.dropped = dropped
-        return b
-
-    def listed(items: list, dropped: int) -> BoundedList:  # type: ignore[type-arg]
-        b = BoundedList.from_seq(None, items)
-        b.dropped = dropped
-        return b
-
-    res = [Resource(a, url or None) for a, url in resources]
-    sc = [InstrumentationScope(s[0], s[1], s[2], s[3]) if s is not None else None for s in scopes]
-    out = []
-    for (name, trace_id, span_id, state, parent_id, parent_remote, kind, start, end, attrs, dropped, code, desc,
-         events, links, dropped_events, dropped_links, r, s) in flat:  # fmt: skip
-        trace_state = TraceState([tuple(kv.split("=", 1)) for kv in state.split(",")]) if state else None
-        out.append(ReadableSpan(
-            name=name,
-            context=SpanContext(trace_id, span_id, is_remote=False, trace_state=trace_state),
-            parent=SpanContext(trace_id, parent_id, is_remote=parent_remote) if parent_id is not None else None,
-            resource=res[r], attributes=bounded(attrs, dropped),
-            events=listed([Event(n, bounded(a, d), timestamp=t) for n, t, a, d in events], dropped_events),
-            links=listed([Link(SpanContext(lt, ls, is_remote=lr), bounded(a, d)) for lt, ls, lr, a, d in links],
-                         dropped_links),
-            kind=SpanKind(kind), status=Status(StatusCode(code), desc), start_time=start, end_time=end,
-            instrumentation_scope=sc[s],
-        ))  # fmt: skip
-    return out
-
-
 def test_the_helpers_encoding_equals_the_sdks_field_for_field() -> None:
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -280,6 +242,36 @@ def test_a_batch_messagepack_cannot_carry_goes_as_marshal_and_reads_back_the_sam
     # a type neither knows travels as its text
     assert read(("spans", 3, [], [], [("t", {"v": Custom(), "big": 2**70})])) == (
         MARSHAL, ("spans", 3, [], [], [("t", {"v": "custom value", "big": 2**70})]))  # fmt: skip
+
+
+def test_values_otlp_cannot_carry_are_sent_changed_and_said_not_lost_with_their_batch(caplog) -> None:  # type: ignore[no-untyped-def]
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from collector.agent.frames import HEADER, encode, flatten, frame, unframe
+
+    provider = TracerProvider(shutdown_on_exit=False)
+    kept: list[object] = []
+
+    class Keep(SpanProcessor):
+        def on_end(self, span: object) -> None:
+            kept.append(span)
+
+    provider.add_span_processor(Keep())
+    tracer = provider.get_tracer("t")
+    for i, odd in enumerate(({"n": 2**70}, {"text": "half a pair \ud800 here"}, {"ok": "fine"})):
+        with tracer.start_as_current_span(f"execute_tool t{i}", attributes={**TOOL, **odd}):
+            pass
+    header, body = frame(("spans", 1, *flatten((span, None, None) for span in kept)))  # type: ignore[misc]
+    _, _, resources, scopes, flat = unframe(HEADER.unpack(header)[1], body)
+    with caplog.at_level("WARNING", logger="toolmeter"):
+        sent = ExportTraceServiceRequest.FromString(encode(resources, scopes, flat))
+    spans = {s.name: {kv.key: kv.value for kv in s.attributes} for s in sent.resource_spans[0].scope_spans[0].spans}
+    assert len(spans) == 3, "the other spans of the batch go too"
+    assert spans["execute_tool t0"]["n"].string_value == str(2**70)
+    assert spans["execute_tool t1"]["text"].string_value == "half a pair \ufffd\ufffd\ufffd here"
+    assert spans["execute_tool t2"]["ok"].string_value == "fine"
+    said = caplog.text
+    assert "beyond 64 bits" in said and "lone surrogate" in said
 
 
 def test_payloads_added_in_this_thread_keep_the_count_of_attributes_the_sdk_dropped() -> None:
