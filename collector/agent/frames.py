@@ -45,7 +45,18 @@ MARSHAL: Final = 2
 """The body is marshal: for a batch MessagePack cannot carry (an integer beyond 64 bits, a lone
 surrogate in a string, a type it does not know)."""
 
-_msgpack = msgspec.msgpack.Encoder().encode
+
+def _as_base(value: Any) -> Any:
+    """A subclass of a JSON-like type MessagePack would refuse, as that type (the SDK takes a
+    ``numpy.float64`` attribute, a float subclass, as a float); anything else is refused and the
+    batch goes as marshal."""
+    for base in (float, int, str, bytes):
+        if isinstance(value, base):
+            return base(value)  # type: ignore[arg-type]
+    raise TypeError(f"{type(value).__name__} is not sent as MessagePack")
+
+
+_msgpack = msgspec.msgpack.Encoder(enc_hook=_as_base).encode
 _unpack = msgspec.msgpack.Decoder().decode
 
 
