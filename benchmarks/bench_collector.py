@@ -187,8 +187,9 @@ def _tool_attributes(results_of: list[str], calls: int) -> list[dict[str, str]]:
     return [{**base, "gen_ai.tool.call.result": results_of[i % len(results_of)]} for i in range(calls)]
 
 
-def on_end_alone(calls: int = 100_000) -> list[tuple[str, float]]:
-    """Time of on_end itself (timeit, one finished span offered again and again)."""
+def on_end_alone(port: int, calls: int = 100_000, forwarded_calls: int = 20_000) -> list[tuple[str, float]]:
+    """Time of on_end itself (timeit, one finished span offered again and again). Forwarding
+    mode's spans go to the receiver on ``port`` when it shuts down (``forwarded_calls`` of them)."""
     import timeit
 
     tmp = tempfile.mkdtemp(prefix="toolmeter-bench-")
@@ -201,9 +202,13 @@ def on_end_alone(calls: int = 100_000) -> list[tuple[str, float]]:
                                max_batch_size=calls * 2, flush_interval=3600)  # fmt: skip
     batch = BatchSpanProcessor(NoOpExporter(), max_queue_size=calls * 2, schedule_delay_millis=3_600_000,
                                max_export_batch_size=calls * 2)  # fmt: skip
+    forwarding = ToolResultProcessor(forward_to=f"http://127.0.0.1:{port}", max_queue_size=forwarded_calls * 2,
+                                     max_batch_size=forwarded_calls * 2, flush_interval=3600)  # fmt: skip
     rows = []
-    for name, proc in (("BatchSpanProcessor.on_end", batch), ("ToolResultProcessor.on_end", ours)):
-        rows.append((name, timeit.timeit(lambda p=proc: p.on_end(readable), number=calls) / calls))  # type: ignore[misc]
+    for name, proc, n in (("BatchSpanProcessor.on_end", batch, calls), ("ToolResultProcessor.on_end", ours, calls),
+                          ("ToolResultProcessor.on_end, forwarding mode", forwarding, forwarded_calls)):  # fmt: skip
+        rows.append((name, timeit.timeit(lambda p=proc: p.on_end(readable), number=n) / n))  # type: ignore[misc]
+    forwarding.shutdown()
     return rows
 
 
@@ -410,8 +415,8 @@ def report(args: argparse.Namespace, port: int, receiver_pid: int) -> None:
               f"{others * 1e6:>10.2f}")  # fmt: skip
     print(f"   forwarding mode's first span and flush, which start its helper (once, untimed above): "
           f"{helper_start * 1e3:.0f} ms")  # fmt: skip
-    print("\n   on_end alone (timeit, 100,000 calls of one finished span)")
-    rows2 = on_end_alone()
+    print("\n   on_end alone (timeit, 100,000 calls of one finished span; forwarding mode 20,000)")
+    rows2 = on_end_alone(port)
     base2 = rows2[0][1]
     for name, sec in rows2:
         print(f"   {name:<50} {sec * 1e6:>9.2f} {sec / base2:>8.2f}x")

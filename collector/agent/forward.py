@@ -1,9 +1,11 @@
 """Forwarding mode: ship tool and LLM spans, payloads included, to a ``toolmeter serve``.
 
-The agent's process then pays for no token counting and holds no DuckDB file: the worker
-thread only encodes spans as OTLP protobuf and POSTs them. Payloads that
-:func:`collector.record_tool_result` parked travel as ``toolmeter.raw`` / ``toolmeter.view``
-attributes of the forwarded copy only; the spans other exporters ship are unchanged.
+The agent's process then pays for no token counting and holds no DuckDB file: its spans go
+to a helper process (:mod:`collector.agent.relay`), which encodes them as OTLP protobuf and
+POSTs them with the :class:`Forwarder` here (the agent's worker thread does, when no helper
+can run). Payloads that :func:`collector.record_tool_result` parked travel as
+``toolmeter.raw`` / ``toolmeter.view`` attributes of the forwarded copy only; the spans other
+exporters ship are unchanged.
 """
 
 from __future__ import annotations
@@ -15,12 +17,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
-
-from opentelemetry.attributes import BoundedAttributes
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.sdk.trace import ReadableSpan
 
 from collector.dialects import attributes as A
 
@@ -44,34 +42,6 @@ def with_payload_attributes(
     return out
 
 
-def with_payloads(span: ReadableSpan, raw: str | bytes | None, view: str | bytes | None) -> ReadableSpan:
-    """A copy of ``span`` carrying the parked payloads as attributes."""
-    if raw is None and view is None:
-        return span
-    # bounded attributes carry the count the SDK dropped (its attribute limits): the OTLP
-    # message keeps saying so, as the span itself would have
-    attrs = BoundedAttributes(attributes=with_payload_attributes(span.attributes or {}, raw, view), immutable=True)
-    attrs.dropped = span.dropped_attributes
-    # the SDK's own lists, not the tuples its properties copy them into: they carry the counts
-    # of events and links dropped by its limits, as the attributes do above
-    events = getattr(span, "_events", None)
-    links = getattr(span, "_links", None)
-    return ReadableSpan(
-        name=span.name,
-        context=span.context,
-        parent=span.parent,
-        resource=span.resource,
-        attributes=attrs,
-        events=events if events is not None else span.events,
-        links=links if links is not None else span.links,
-        kind=span.kind,
-        status=span.status,
-        start_time=span.start_time,
-        end_time=span.end_time,
-        instrumentation_scope=span.instrumentation_scope,
-    )
-
-
 class Forwarder:
     """POSTs batches of spans to an OTLP/HTTP endpoint, retrying on 429/502/503/504."""
 
@@ -85,15 +55,12 @@ class Forwarder:
         self.sent = 0
         self.failed = 0
 
-    def send(self, spans: Sequence[ReadableSpan], stop: threading.Event | None = None) -> bool:
-        """Send ``spans``; True when the receiver acknowledged them.
+    def send_encoded(self, body: bytes, count: int, stop: threading.Event | None = None) -> bool:
+        """Send an encoded ``ExportTraceServiceRequest`` of ``count`` spans; True when the receiver
+        acknowledged them.
 
         ``stop`` is the worker's shutdown event: a backoff wait ends when it is set, and the
         attempts after it wait at most 2 s each, so exit is never held for long."""
-        return self.send_encoded(encode_spans(spans).SerializeToString(), len(spans), stop)
-
-    def send_encoded(self, body: bytes, count: int, stop: threading.Event | None = None) -> bool:
-        """Send an encoded ``ExportTraceServiceRequest`` of ``count`` spans, as :meth:`send` does."""
         headers = {"Content-Type": "application/x-protobuf"}
         if self.compress:
             body = gzip.compress(body, compresslevel=1)

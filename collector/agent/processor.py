@@ -2,8 +2,9 @@
 
 The agent's thread pays for a filter and an append: ``on_end`` looks up a few
 attributes to see whether the span is a tool or LLM call, takes the payloads that
-:func:`collector.record_tool_result` handed over, and appends to a bounded deque. It
-never blocks on I/O and never raises. A named daemon thread does the rest in batches:
+:func:`collector.record_tool_result` handed over, and appends to a bounded deque (in
+forwarding mode, the span's values as :func:`collector.agent.frames.record` reads them, so
+the span itself is released at once). It never blocks on I/O and never raises. A named daemon thread does the rest in batches:
 reading the span, counting tokens, inferring truncation, fingerprinting, and writing one
 DuckDB transaction per batch (:mod:`collector.store.database`).
 
@@ -16,17 +17,18 @@ from __future__ import annotations
 
 import atexit
 import logging
-import operator
 import os
 import time
 import weakref
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode, format_span_id, format_trace_id
 
-from collector.agent.forward import Forwarder, with_payloads
+from collector.agent.forward import Forwarder
+from collector.agent.frames import encode, flatten, record
 from collector.agent.guard import contain
 from collector.agent.handoff import register_processor, take_payloads
 from collector.agent.relay import Relay
@@ -136,6 +138,8 @@ class ToolResultProcessor(SpanProcessor):
         else:
             self.config = CollectorConfig.resolve(**settings)
         self._forward_to = forward_to
+        self._forwarding = forward_to is not None
+        """Forwarding mode: ``on_end`` queues each span's :func:`record`, not the span."""
         self._forward_token = forward_token
         self._forwarder = Forwarder(forward_to, forward_token) if forward_to else None
         self._relay = Relay(forward_to, forward_token) if forward_to else None
@@ -159,7 +163,8 @@ class ToolResultProcessor(SpanProcessor):
         self._shutdown = False
         self._pending: tuple[list[Item], Batch] | None = None
         self._pid = os.getpid()
-        self._worker: BatchWorker[Item] = BatchWorker(
+        # Items; in forwarding mode, records (see on_end)
+        self._worker: BatchWorker[Any] = BatchWorker(
             "toolmeter-worker",
             self._write_items,
             give_up=self._give_up,
@@ -230,6 +235,10 @@ class ToolResultProcessor(SpanProcessor):
                 size += len(raw)
             if view is not None:
                 size += len(view)
+            if self._forwarding:
+                # the span's values, read now while they are in the cache; the span goes at once
+                self._worker.offer(record(span, raw, view), size)
+                return
             # the span is immutable once ended; the worker reads it. tuple.__new__: the
             # NamedTuple's own constructor is Python code, twice the cost
             self._worker.offer(_new_tuple(Item, (kind, span, raw, view)), size)
@@ -239,8 +248,8 @@ class ToolResultProcessor(SpanProcessor):
     # --- the worker thread -----------------------------------------------------------------
 
     def _write_items(self, items: list[Item]) -> None:
-        if self._forwarder is not None:
-            self._forward(items)
+        if self._forwarding:
+            self._forward(items)  # records (see on_end)
             return
         pipeline = self._pipeline
         assert pipeline is not None
@@ -266,11 +275,11 @@ class ToolResultProcessor(SpanProcessor):
                                 lambda data: f"span {data.span.span_id} ({data.span.name})", queued=w.queued)  # fmt: skip
         self._pending = None
 
-    def _forward(self, items: list[Item]) -> None:
+    def _forward(self, records: Sequence[tuple[Any, ...]]) -> None:
         relay = self._relay
         if relay is not None:
             try:
-                relay.send(map(_SPAN_PAYLOADS, items))  # each pair made as flatten takes it, and gone after
+                relay.send(records)
                 return
             except OSError as e:
                 # no helper here (an embedded interpreter without a usable sys.executable, a
@@ -279,8 +288,7 @@ class ToolResultProcessor(SpanProcessor):
                 self._relay = None
                 relay.abandon()
         assert self._forwarder is not None
-        spans = [with_payloads(i.span, i.raw, i.view) for i in items]  # type: ignore[arg-type]
-        self._forwarder.send(spans, stop=self._worker.stopping)
+        self._forwarder.send_encoded(encode(*flatten(records)), len(records), stop=self._worker.stopping)
 
     def _give_up(self, items: list[Item], reason: BaseException) -> None:
         self._pending = None
@@ -320,5 +328,3 @@ def _as_span_data(item: Item) -> Item:
 
 _TEXT = (str, bytes)
 _new_tuple = tuple.__new__
-_SPAN_PAYLOADS = operator.itemgetter(1, 2, 3)
-"""An item's (span, raw, view), read in C (the worker runs on the agent's interpreter)."""

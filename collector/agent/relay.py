@@ -2,8 +2,9 @@
 
 Building OTLP protobuf is Python work (one message object per attribute), and in the
 agent's interpreter it competes with the agent for the GIL. So in forwarding mode the
-processor's worker thread only flattens each finished span into a tuple of plain values
-and writes it, serialised, to this helper's stdin (:mod:`collector.agent.frames`); the
+processor reads each finished span into plain values as it ends, its worker thread puts a
+batch of them in one list and writes it, serialised, to this helper's stdin
+(:mod:`collector.agent.frames`); the
 helper encodes them as the SDK's OTLP encoder would and POSTs them
 (:class:`collector.agent.forward.Forwarder`: retries, bearer token, gzip off loopback).
 
@@ -38,8 +39,6 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO, Any, Final
-
-from opentelemetry.sdk.trace import ReadableSpan
 
 from collector.agent.frames import HEADER, encode, flatten, frame, span_count, unframe
 from collector.config import RELAY_ENDPOINT_ENV, RELAY_TOKEN_ENV
@@ -239,9 +238,10 @@ class Relay:
                 if attempt == 2:
                     raise OSError(f"the forwarding helper stopped (exit {helper.proc.poll()}): {e}") from e
 
-    def send(self, spans: Iterable[tuple[ReadableSpan, str | bytes | None, str | bytes | None]]) -> None:
-        """Hand ``spans`` to the helper (raises OSError when it cannot be started or keeps dying)."""
-        resources, scopes, flat = flatten(spans)
+    def send(self, records: Iterable[tuple[Any, ...]]) -> None:
+        """Hand spans, as :func:`collector.agent.frames.record` made them, to the helper (raises
+        OSError when it cannot be started or keeps dying)."""
+        resources, scopes, flat = flatten(records)
         self._put("spans", (resources, scopes, flat), span_count(flat))
 
     def flush(self, timeout_s: float) -> bool:

@@ -9,12 +9,14 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.trace import Status, StatusCode
 
 from collector import ToolResultProcessor, record_tool_result
+from collector.agent.frames import record
 from collector.agent.relay import Relay
 from collector.store.database import read_connection
 from tests.collector.conftest import TOKEN
@@ -114,7 +116,7 @@ def test_spans_a_helper_held_when_it_died_are_counted_as_failed() -> None:
         provider = TracerProvider(shutdown_on_exit=False)
         with provider.get_tracer("t").start_as_current_span("execute_tool t", attributes=TOOL) as span:
             pass
-        relay.send([(span, None, None)] * 3)  # type: ignore[list-item]
+        relay.send([record(span)] * 3)  # type: ignore[arg-type]
         assert relay._helper is not None
         proc = relay._helper.proc
         time.sleep(0.5)
@@ -156,7 +158,6 @@ def test_the_helpers_encoding_equals_the_sdks_field_for_field() -> None:
     from opentelemetry.trace import Link, NonRecordingSpan, SpanKind, TraceFlags, TraceState, set_span_in_context
     from opentelemetry.trace import SpanContext as Ctx
 
-    from collector.agent.forward import with_payloads
     from collector.agent.frames import HEADER, MSGPACK, _read, _read_sdk, encode, flatten, frame, unframe
 
     class Keep(SpanProcessor):
@@ -190,7 +191,7 @@ def test_the_helpers_encoding_equals_the_sdks_field_for_field() -> None:
     spans = [(s, None, None) for s in keep.spans]
     tool = next(i for i, (s, _, _) in enumerate(spans) if s.name.startswith("execute_tool"))  # type: ignore[attr-defined]
     spans[tool] = (spans[tool][0], "the raw result", b"the view")
-    resources, scopes, flat = flatten(spans)  # type: ignore[arg-type]
+    resources, scopes, flat = flatten(record(span, raw, view) for span, raw, view in spans)  # type: ignore[arg-type]
     # the SDK's spans are read from their instance dict; any other span through its properties:
     # the two readings agree field for field (events and links as sequences)
     for span, _, _ in spans:
@@ -205,7 +206,7 @@ def test_the_helpers_encoding_equals_the_sdks_field_for_field() -> None:
     assert (size, kind) == (len(body), MSGPACK)
     _, _, resources, scopes, flat = unframe(kind, body)
     ours = ExportTraceServiceRequest.FromString(encode(resources, scopes, flat))
-    sdk = encode_spans([with_payloads(span, raw, view) for span, raw, view in spans])  # type: ignore[arg-type]
+    sdk = encode_spans([_with_payloads(span, raw, view) for span, raw, view in spans])  # type: ignore[arg-type]
     assert ours == sdk
     assert len(ours.resource_spans) == 2 and all(len(r.scope_spans) == 2 for r in ours.resource_spans)
     sent = [s for r in ours.resource_spans for ss in r.scope_spans for s in ss.spans]
@@ -265,7 +266,7 @@ def test_values_otlp_cannot_carry_are_sent_changed_and_said_not_lost_with_their_
     for i, odd in enumerate(({"n": 2**70}, {"text": "half a pair \ud800 here"}, {"ok": "fine"})):
         with tracer.start_as_current_span(f"execute_tool t{i}", attributes={**TOOL, **odd}):
             pass
-    header, body = frame(("spans", 1, *flatten((span, None, None) for span in kept)))  # type: ignore[misc]
+    header, body = frame(("spans", 1, *flatten(record(span) for span in kept)))  # type: ignore[arg-type]
     _, _, resources, scopes, flat = unframe(HEADER.unpack(header)[1], body)
     with caplog.at_level("WARNING", logger="toolmeter"):
         sent = ExportTraceServiceRequest.FromString(encode(resources, scopes, flat))
@@ -278,10 +279,28 @@ def test_values_otlp_cannot_carry_are_sent_changed_and_said_not_lost_with_their_
     assert "beyond 64 bits" in said and "lone surrogate" in said
 
 
-def test_payloads_added_in_this_thread_keep_the_count_of_attributes_the_sdk_dropped() -> None:
-    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+def _with_payloads(span: Any, raw: str | bytes | None, view: str | bytes | None) -> Any:
+    """A copy of ``span`` carrying the payloads as attributes, as the SDK's own span type: what the
+    SDK's encoder is given to compare with the helper's encoding of the same span."""
+    from opentelemetry.attributes import BoundedAttributes
+    from opentelemetry.sdk.trace import ReadableSpan
 
-    from collector.agent.forward import with_payloads
+    from collector.agent.forward import with_payload_attributes
+
+    if raw is None and view is None:
+        return span
+    attrs = BoundedAttributes(attributes=with_payload_attributes(span.attributes, raw, view), immutable=True)
+    attrs.dropped = span.dropped_attributes
+    return ReadableSpan(name=span.name, context=span.context, parent=span.parent, resource=span.resource,
+                        attributes=attrs, events=span._events, links=span._links, kind=span.kind, status=span.status,
+                        start_time=span.start_time, end_time=span.end_time,
+                        instrumentation_scope=span.instrumentation_scope)  # fmt: skip
+
+
+def test_payloads_added_in_this_thread_keep_the_count_of_attributes_the_sdk_dropped() -> None:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from collector.agent.frames import encode, flatten
 
     captured: list = []  # type: ignore[type-arg]
 
@@ -297,10 +316,42 @@ def test_payloads_added_in_this_thread_keep_the_count_of_attributes_the_sdk_drop
     provider.shutdown()
     (finished,) = captured
     assert finished.dropped_attributes == 2
-    copy = with_payloads(finished, "raw text", None)
-    assert copy.attributes["toolmeter.raw"] == "raw text" and copy.dropped_attributes == 2
-    (encoded,) = encode_spans([copy]).resource_spans[0].scope_spans[0].spans
-    assert encoded.dropped_attributes_count == 2
+    sent = ExportTraceServiceRequest.FromString(encode(*flatten([record(finished, "raw text", None)])))
+    (encoded,) = sent.resource_spans[0].scope_spans[0].spans
+    attrs = {kv.key: kv.value for kv in encoded.attributes}
+    assert attrs["toolmeter.raw"].string_value == "raw text" and encoded.dropped_attributes_count == 2
+    assert "toolmeter.raw" not in finished.attributes, "the span other exporters ship is unchanged"
+
+
+def test_forwarding_queues_each_spans_values_not_the_span(serve, db_path: str) -> None:  # type: ignore[no-untyped-def]
+    # spans waiting for the worker are what the agent's garbage collector would walk again and
+    # again: on_end reads what is sent and lets the span go
+    import gc
+    import weakref
+
+    r = serve()
+    processor = ToolResultProcessor(forward_to=r.url)
+    processor._worker.paused = True  # nothing leaves the queue
+    refs: list[weakref.ref[object]] = []
+
+    class Watch(SpanProcessor):
+        def on_end(self, span: object) -> None:
+            refs.append(weakref.ref(span))
+
+    provider = _provider(processor)
+    provider.add_span_processor(Watch())
+    for i in range(20):
+        with provider.get_tracer("t").start_as_current_span("execute_tool t", attributes=TOOL) as span:
+            record_tool_result(span, raw=f"result {i}")
+    del span
+    gc.collect()
+    assert processor.counters["queued"] == 20 and len(refs) == 20
+    assert all(ref() is None for ref in refs)
+    processor._worker.paused = False
+    provider.shutdown()
+    assert processor.counters["forwarded"] == 20 and r.receiver.flush()
+    with read_connection(db_path) as con:
+        assert con.execute("SELECT count(*), count(DISTINCT raw_bytes) FROM tool_calls").fetchone() == (20, 2)
 
 
 def test_a_batch_handed_on_holds_no_span_while_the_helper_is_behind() -> None:
@@ -318,9 +369,9 @@ def test_a_batch_handed_on_holds_no_span_while_the_helper_is_behind() -> None:
                 attrs = {**TOOL, "gen_ai.tool.call.result": f"{batch}-{i} " + "x" * 2000}
                 with provider.get_tracer("t").start_as_current_span("execute_tool t", attributes=attrs) as span:
                     pass
-                spans.append((span, None, None))
-            refs += [weakref.ref(s) for s, _, _ in spans]
-            relay.send(spans)  # type: ignore[arg-type]
+                spans.append(span)
+            refs += [weakref.ref(s) for s in spans]
+            relay.send([record(s) for s in spans])  # type: ignore[arg-type]
             del spans, span
         gc.collect()
         assert all(r() is None for r in refs)
