@@ -138,13 +138,12 @@ class ToolResultProcessor(SpanProcessor):
         else:
             self.config = CollectorConfig.resolve(**settings)
         self._forward_to = forward_to
-        self._forwarding = forward_to is not None
-        """Forwarding mode: ``on_end`` queues each span's :func:`record`, not the span."""
         self._forward_token = forward_token
         self._forwarder = Forwarder(forward_to, forward_token) if forward_to else None
         self._relay = Relay(forward_to, forward_token) if forward_to else None
         """Forwarding goes through the helper process; ``_forwarder`` sends from this process only
-        when the helper cannot run (then it is dropped, see :meth:`_forward`)."""
+        when the helper cannot run (then the relay is dropped, see :meth:`_forward`). Set, it says
+        forwarding mode: ``on_end`` queues each span's :func:`record`, not the span."""
         self._meter_provider = meter_provider
         self._pipeline = _local_pipeline(self.config, meter_provider) if self._forwarder is None else None
         if self._pipeline is not None:
@@ -235,7 +234,7 @@ class ToolResultProcessor(SpanProcessor):
                 size += len(raw)
             if view is not None:
                 size += len(view)
-            if self._forwarding:
+            if self._forwarder is not None:  # forwarding mode
                 # the span's values, read now while they are in the cache; the span goes at once
                 self._worker.offer(record(span, raw, view), size)
                 return
@@ -248,7 +247,7 @@ class ToolResultProcessor(SpanProcessor):
     # --- the worker thread -----------------------------------------------------------------
 
     def _write_items(self, items: list[Item]) -> None:
-        if self._forwarding:
+        if self._forwarder is not None:
             self._forward(items)  # records (see on_end)
             return
         pipeline = self._pipeline
