@@ -4,9 +4,11 @@ The agent's thread pays for a filter and an append: ``on_end`` looks up a few
 attributes to see whether the span is a tool or LLM call, takes the payloads that
 :func:`collector.record_tool_result` handed over, and appends to a bounded deque (in
 forwarding mode, the span's values as :func:`collector.agent.frames.record` reads them, so
-the span itself is released at once). It never blocks on I/O and never raises. A named daemon thread does the rest in batches:
-reading the span, counting tokens, inferring truncation, fingerprinting, and writing one
-DuckDB transaction per batch (:mod:`collector.store.database`).
+the span itself is released at once). It never blocks on I/O and never raises. A named
+daemon thread does the rest in batches: reading the span, counting tokens, inferring
+truncation, fingerprinting, and writing one DuckDB transaction per batch
+(:mod:`collector.store.database`); in forwarding mode, handing the batch to the helper
+process (:mod:`collector.agent.relay`).
 
 When the deque is full (by count, or by the text its spans hold, queued or still being
 measured and written: results, views, an LLM call's messages) the span is dropped and
