@@ -32,6 +32,8 @@ from opentelemetry.trace.span import DEFAULT_TRACE_STATE, SpanContext
 from opentelemetry.trace.status import Status
 
 from collector.agent.forward import with_payload_attributes
+from collector.dialects import attributes as A
+from collector.measure.text import without_surrogates
 
 logger = logging.getLogger("toolmeter")
 
@@ -263,6 +265,7 @@ def encode(resources: list[Any], scopes: list[Any], flat: list[Any]) -> bytes:
     grouped: dict[int, dict[int, list[Any]]] = {}
     for (name, trace_id, span_id, trace_state, parent_id, parent_remote, kind, start, end, attrs, dropped,
          code, description, events, links, dropped_events, dropped_links, r, s) in records(flat):  # fmt: skip
+        changes: list[str] = []
         span = PbSpan(
             trace_id=trace_id,
             span_id=span_id.to_bytes(8, "big"),
@@ -272,9 +275,9 @@ def encode(resources: list[Any], scopes: list[Any], flat: list[Any]) -> bytes:
             kind=kind + 1,  # OTLP counts SPAN_KIND_UNSPECIFIED as 0
             start_time_unix_nano=start,
             end_time_unix_nano=end,
-            attributes=_key_values(attrs),
+            attributes=_key_values(attrs, changes),
             events=[
-                PbSpan.Event(name=n, time_unix_nano=t, attributes=_key_values(a), dropped_attributes_count=d)
+                PbSpan.Event(name=n, time_unix_nano=t, attributes=_key_values(a, changes), dropped_attributes_count=d)
                 for n, t, a, d in events
             ]
             or None,
@@ -282,7 +285,7 @@ def encode(resources: list[Any], scopes: list[Any], flat: list[Any]) -> bytes:
                 PbSpan.Link(
                     trace_id=lt,
                     span_id=ls.to_bytes(8, "big"),
-                    attributes=_key_values(a),
+                    attributes=_key_values(a, changes),
                     dropped_attributes_count=d,
                     flags=local | (remote if lr else 0),
                 )
@@ -295,6 +298,8 @@ def encode(resources: list[Any], scopes: list[Any], flat: list[Any]) -> bytes:
             dropped_links_count=dropped_links,
             flags=local | (remote if parent_remote else 0),
         )
+        if changes:  # said on the span, so the stored row says it (see _any_value)
+            span.attributes.append(KeyValue(key=A.RELAY_CHANGED, value=AnyValue(string_value="; ".join(changes))))
         grouped.setdefault(r, {}).setdefault(s, []).append(span)
     out = []
     for r, by_scope in grouped.items():
@@ -319,32 +324,41 @@ def encode(resources: list[Any], scopes: list[Any], flat: list[Any]) -> bytes:
     return bytes(ExportTraceServiceRequest(resource_spans=out).SerializeToString())
 
 
-def _key_values(attrs: dict[str, Any] | None) -> list[Any]:
+def _key_values(attrs: dict[str, Any] | None, changes: list[str] | None = None) -> list[Any]:
+    """``attrs`` as OTLP key-values; what had to change to be sent is added to ``changes``."""
     if not attrs:
         return []
     out = []
     for key, value in attrs.items():
-        encoded = _any_value(value)
+        changed: list[str] = []
+        encoded = _any_value(value, changed)
+        if changed:
+            _warn_once(changed[0])
+            if changes is not None:
+                changes.append(f"{key}: {', '.join(changed)}")
         if encoded is not None:
             out.append(KeyValue(key=key, value=encoded))
     return out
 
 
-def _any_value(value: Any) -> Any:
+def _any_value(value: Any, changed: list[str]) -> Any:
+    """``value`` as an OTLP AnyValue; a value OTLP cannot carry is sent changed, and said in
+    ``changed`` (it made the whole batch fail to encode, and the helper exit, before)."""
     t = value.__class__
     if t is str:
         try:
             return AnyValue(string_value=value)
         except UnicodeEncodeError:  # a lone surrogate: protobuf strings are UTF-8, which cannot hold one
-            _warn_once("text that is not valid Unicode (a lone surrogate); it is sent with U+FFFD in its place")
-            return AnyValue(string_value=value.encode("utf-8", "surrogatepass").decode("utf-8", "replace"))
+            text, n = without_surrogates(value)
+            changed.append(f"{n} lone surrogate(s) (not valid Unicode) sent as U+FFFD")
+            return AnyValue(string_value=text)
     if t is bool:
         return AnyValue(bool_value=value)
     if t is int:
         try:
             return AnyValue(int_value=value)
         except ValueError:  # beyond OTLP's 64-bit integers
-            _warn_once("an integer beyond 64 bits; it is sent as its decimal text")
+            changed.append("an integer beyond 64 bits sent as its decimal text")
             return AnyValue(string_value=str(value))
     if t is float:
         return AnyValue(double_value=value)
@@ -353,9 +367,11 @@ def _any_value(value: Any) -> Any:
     if t is bytes:
         return AnyValue(bytes_value=value)
     if t is tuple or t is list:
-        return AnyValue(array_value=ArrayValue(values=[v for v in map(_any_value, value) if v is not None]))
+        items = [_any_value(v, changed) for v in value]
+        return AnyValue(array_value=ArrayValue(values=[v for v in items if v is not None]))
     if t is dict:
-        return AnyValue(kvlist_value=KeyValueList(values=_key_values({str(k): v for k, v in value.items()})))
+        inner = _key_values({str(k): v for k, v in value.items()}, changed)
+        return AnyValue(kvlist_value=KeyValueList(values=inner))
     logger.warning("toolmeter relay: an attribute value of type %s cannot be sent; left out", t.__name__)
     return None
 
@@ -364,8 +380,8 @@ _warned: set[str] = set()
 
 
 def _warn_once(what: str) -> None:
-    """Say once per helper that an attribute value had to be changed to be sent: a value OTLP
-    cannot carry made the whole batch fail to encode (and the helper exit) before."""
+    """Say once per helper, in its log, that an attribute value had to be changed to be sent (each
+    span says so too, in :data:`collector.dialects.attributes.RELAY_CHANGED`)."""
     if what not in _warned:
         _warned.add(what)
-        logger.warning("toolmeter relay: an attribute value held %s", what)
+        logger.warning("toolmeter relay: an attribute value changed to be sent: %s", what)

@@ -86,6 +86,10 @@ processor without putting them on the span."""
 RECORD_ERROR: Final = "toolmeter.record.error"
 """Why ``measured_tool`` could not record a result (the tool's own result is returned unchanged)."""
 
+RELAY_CHANGED: Final = "toolmeter.relay.changed"
+"""Set by forwarding mode's helper on a span it had to change to send as OTLP: which attribute,
+and how (a lone surrogate sent as U+FFFD, an integer beyond 64 bits as its decimal text)."""
+
 RAW: Final = "toolmeter.raw"
 """The raw result itself (string); optional, read before the dialects' result keys."""
 

@@ -204,7 +204,8 @@ def extract_tool_call(
         origin="mcp_server" if attrs.get(A.MCP_METHOD_NAME) == A.MCP_TOOLS_CALL else "span",
         warnings=tuple(warnings)
         + tuple(i.message if not i.field else f"{i.field}: {i.message}" for i in r.issues)
-        + texts.warnings(),
+        + texts.warnings()
+        + _agent_said(attrs),
     )
     return call, r.issues
 
@@ -287,6 +288,18 @@ def _result_event_of(events: tuple[tuple[str, Mapping[str, Any], Any], ...]) -> 
     if opened.wrapper is not None:
         return _Result(opened.text, key, attr, opened.wrapper, _as_payload(attr))
     return _Result(opened.text, key, attr)
+
+
+def _agent_said(attrs: Mapping[str, Any]) -> tuple[str, ...]:
+    """What toolmeter's agent side put on the span about its own recording: a result
+    ``record_tool_result`` could not record, values forwarding had to change to send."""
+    said = []
+    for key, what in ((A.RECORD_ERROR, "the result could not be recorded at the tool"),
+                      (A.RELAY_CHANGED, "forwarding changed values OTLP cannot carry")):  # fmt: skip
+        value = attrs.get(key)
+        if value is not None:
+            said.append(f"{key}: {what}: {value}")
+    return tuple(said)
 
 
 def _mcp_without_result(attrs: Mapping[str, Any], result: _Result, raw_bytes: int | None) -> list[str]:

@@ -39,6 +39,12 @@ def test_a_result_that_cannot_be_recorded_does_not_fail_the_tool(provider_with, 
     with tracer.start_as_current_span("execute_tool direct"):
         record_tool_result(raw=circular)  # called directly: the same
     assert processor.force_flush()
+    # and the stored call says why it holds no result
+    with read_connection(processor.config.db) as con:
+        rows = con.execute("SELECT tool_name, raw_bytes, warnings FROM tool_calls ORDER BY tool_name").fetchall()
+    assert [(name, raw) for name, raw, _ in rows] == [("direct", None), ("loop", None), ("loop", None)]
+    assert all(any("toolmeter.record.error" in w and "could not be recorded" in w and "ValueError" in w
+                   for w in warnings) for _, _, warnings in rows), rows  # fmt: skip
 
 
 def test_the_worker_runs_with_the_sdks_suppression_key(provider_with) -> None:  # type: ignore[no-untyped-def]

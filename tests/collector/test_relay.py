@@ -273,10 +273,34 @@ def test_values_otlp_cannot_carry_are_sent_changed_and_said_not_lost_with_their_
     spans = {s.name: {kv.key: kv.value for kv in s.attributes} for s in sent.resource_spans[0].scope_spans[0].spans}
     assert len(spans) == 3, "the other spans of the batch go too"
     assert spans["execute_tool t0"]["n"].string_value == str(2**70)
-    assert spans["execute_tool t1"]["text"].string_value == "half a pair \ufffd\ufffd\ufffd here"
+    assert spans["execute_tool t1"]["text"].string_value == "half a pair \ufffd here"
     assert spans["execute_tool t2"]["ok"].string_value == "fine"
     said = caplog.text
     assert "beyond 64 bits" in said and "lone surrogate" in said
+    # each span says what was changed in it, for the stored row to say
+    assert (
+        spans["execute_tool t0"]["toolmeter.relay.changed"].string_value
+        == "n: an integer beyond 64 bits sent as its decimal text"
+    )
+    assert spans["execute_tool t1"]["toolmeter.relay.changed"].string_value == (
+        "text: 1 lone surrogate(s) (not valid Unicode) sent as U+FFFD"
+    )
+    assert "toolmeter.relay.changed" not in spans["execute_tool t2"]
+
+
+def test_a_result_forwarding_had_to_change_is_stored_saying_so(serve, db_path: str) -> None:  # type: ignore[no-untyped-def]
+    r = serve()
+    processor = ToolResultProcessor(forward_to=r.url)
+    provider = _provider(processor)
+    with provider.get_tracer("t").start_as_current_span("execute_tool t", attributes=TOOL) as span:
+        record_tool_result(span, raw="rows: 3 \ud800 (a lone surrogate from a bad decode)")
+    provider.shutdown()
+    assert processor.counters["forwarded"] == 1 and r.receiver.flush()
+    with read_connection(db_path) as con:
+        row = con.execute("SELECT raw_bytes, warnings FROM tool_calls").fetchone()
+    assert row is not None and row[0] == len("rows: 3 \ufffd (a lone surrogate from a bad decode)".encode())
+    assert any(w.startswith("toolmeter.relay.changed: forwarding changed values OTLP cannot carry: toolmeter.raw: 1 lone")
+               for w in row[1]), row[1]  # fmt: skip
 
 
 def _with_payloads(span: Any, raw: str | bytes | None, view: str | bytes | None) -> Any:
