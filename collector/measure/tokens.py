@@ -21,7 +21,8 @@ is cut there and the count is flagged as not exact.
 The fast counter. ``quicktok`` (the ``quicktok-v1`` wheel) gives tiktoken's token ids for
 both encodings, several times faster, in time linear in the length of a pre-token (so it
 needs no chunking and its counts of long single-line runs are exact too), and releases the
-GIL. It is used when installed and it passes a self-check at load: a fixed battery of texts
+GIL. Text holding a code point it reads differently (:data:`_QUICKTOK_DIFFERS`) is counted by
+tiktoken. It is used when installed and it passes a self-check at load: a fixed battery of texts
 (special-token text, emoji, zero-width characters, long runs) must give the counts tiktoken
 gives, which are written below; otherwise tiktoken counts, and the log says why. Every row
 records which counter counted it (``tool_calls.token_counter``). ``TOOLMETER_COUNTER``
@@ -42,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import re2
 import tiktoken
 from tiktoken_ext import openai_public
 
@@ -55,6 +57,26 @@ CHUNK_CHARS: Final = 256 * 1024
 
 MAX_PIECE_CHARS: Final = 64 * 1024
 """Longest run with no safe cut point that is counted in one piece."""
+
+_QUICKTOK_DIFFERS: Final = re2.compile(
+    "["
+    + "".join(
+        f"\\x{{{low}}}-\\x{{{high}}}"
+        for low, high in (
+            ("88F", "88F"), ("C5C", "C5C"), ("CDC", "CDC"), ("1ACF", "1ADD"), ("1AE0", "1AEB"), ("A7CE", "A7CF"),
+            ("A7D2", "A7D2"), ("A7D4", "A7D4"), ("A7F1", "A7F1"), ("10940", "10959"), ("10EC5", "10EC7"),
+            ("10EFA", "10EFB"), ("11B60", "11B67"), ("11DB0", "11DDB"), ("11DE0", "11DE9"), ("16EA0", "16EB8"),
+            ("16EBB", "16ED3"), ("16FF2", "16FF6"), ("187F8", "187FF"), ("18D09", "18D1E"), ("18D80", "18DF2"),
+            ("1E6C0", "1E6F5"), ("1E6FE", "1E6FF"), ("2B73A", "2B73F"), ("2CEA2", "2CEAD"), ("323B0", "33479"),
+        )
+    )
+    + "]"
+)  # fmt: skip
+"""The code points quicktok 0.4.0 counts differently from tiktoken: ones recent Unicode versions
+assigned (tiktoken's pattern knows them as letters and marks, quicktok's tables as unassigned;
+U+323B0 is a CJK ideograph). Found by counting every code point in two contexts with both
+(``tests/collector/test_tokens.py`` does it again); text holding one is counted by tiktoken.
+Searched by RE2 (~390 MB/s on non-ASCII text here), only in text that is not ASCII."""
 
 _lock = threading.Lock()
 _encodings: dict[str, tiktoken.Encoding] = {}
@@ -207,6 +229,8 @@ class TokenCounter:
             raise ConfigError(f"encoding={encoding!r} is not supported; use one of {', '.join(ENCODINGS)}")
         self.encoding_name = encoding
         self._fast: Any = None
+        self._enc: tiktoken.Encoding | None = None
+        """tiktoken's encoding; with quicktok, loaded at the first text quicktok would miscount."""
         if counter != "tiktoken":
             found = _quicktok(encoding)
             if isinstance(found, str):
@@ -223,13 +247,19 @@ class TokenCounter:
         """Count ``text``: exact (with tiktoken, unless a run longer than :data:`MAX_PIECE_CHARS`
         had no cut point)."""
         if self._fast is not None:
+            # linear in any run: no chunks needed. Text holding a code point quicktok reads as
+            # unassigned where tiktoken knows it (see _QUICKTOK_DIFFERS) goes to tiktoken below
             try:
-                return TokenCount(int(self._fast.count(text)), True)  # linear in any run: no chunks needed
+                if text.isascii() or _QUICKTOK_DIFFERS.search(text) is None:
+                    return TokenCount(int(self._fast.count(text)), True)
             except (TypeError, UnicodeError):
                 # a lone surrogate has no UTF-8: count what tiktoken counts, the text with each
                 # one replaced by U+FFFD (tiktoken's own fallback)
                 fixed = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-                return TokenCount(int(self._fast.count(fixed)), True)
+                if _QUICKTOK_DIFFERS.search(fixed) is None:
+                    return TokenCount(int(self._fast.count(fixed)), True)
+        if self._enc is None:
+            self._enc = get_encoding(self.encoding_name)  # cached and locked there: a race loads it once
         encode = self._enc.encode_ordinary
         n = len(text)
         if n <= CHUNK_CHARS:

@@ -173,6 +173,8 @@ _ODD = [
     "\ud800",  # lone surrogates: text from a JSON escape no UTF-8 can carry
     "\udfff",
     "a\udc80b",
+    "\U000323b0",  # assigned by recent Unicode (a CJK ideograph): quicktok alone counted it otherwise
+    "\u088f",
 ]
 
 
@@ -191,6 +193,23 @@ _ODD = [
 def test_quicktok_counts_equal_tiktoken_on_random_text(parts: list[str], encoding: str) -> None:
     text = "".join(parts)
     assert _quicktok_counter(encoding).count(text).tokens == _reference(text, encoding)
+
+
+@pytest.mark.parametrize("encoding", tokens.ENCODINGS)
+def test_the_fast_counter_counts_every_code_point_as_tiktoken_does(encoding: str) -> None:
+    # each code point alone after a letter-free start and between letters and digits, where a
+    # character's class decides how text is cut into pieces
+    counter, reference = _quicktok_counter(encoding), tokens.get_encoding(encoding).encode_ordinary
+    differ = []
+    for cp in range(0x80, 0x110000):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        c = chr(cp)
+        for probe in (c + "/A", "a" + c + "b 1" + c):
+            if counter.count(probe).tokens != len(reference(probe)):
+                differ.append(f"U+{cp:04X}")
+                break
+    assert not differ, f"{len(differ)} code points counted otherwise, first {differ[:10]}"
 
 
 def _quicktok_counter(encoding: str) -> tokens.TokenCounter:
