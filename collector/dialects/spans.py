@@ -204,8 +204,7 @@ def extract_tool_call(
         origin="mcp_server" if attrs.get(A.MCP_METHOD_NAME) == A.MCP_TOOLS_CALL else "span",
         warnings=tuple(warnings)
         + tuple(i.message if not i.field else f"{i.field}: {i.message}" for i in r.issues)
-        + texts.warnings()
-        + _agent_said(attrs),
+        + (*texts.warnings(), *_agent_said(attrs)),
     )
     return call, r.issues
 
