@@ -231,7 +231,7 @@ def _tool_name(span: SpanData, dialect: str, r: SpanReader) -> object:
     return name  # as given: a non-string attribute value is stored as its text
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Result:
     """A tool's raw result as a span carried it, with the envelope it came in (if any)."""
 

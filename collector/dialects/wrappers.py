@@ -55,7 +55,7 @@ MAX_UNWRAP_CHARS = 64 * 1024 * 1024
 """Larger values are measured as given (parsing them twice would cost more than it tells)."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Unwrapped:
     """A result with its envelope removed."""
 

@@ -12,7 +12,7 @@ from typing import Any
 from collector.model import Range, ToolCall
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Size:
     """Bytes and tokens of one payload (each None when neither received nor declared)."""
 
@@ -22,7 +22,7 @@ class Size:
     """Whether ``tokens`` is an exact count (not an estimate, nor a count of a cut run)."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Wrapper:
     """The framework envelope around the raw result, and what it added (None when not measured)."""
 
@@ -31,7 +31,7 @@ class Wrapper:
     tokens: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Truncation:
     """Whether the view was cut from the raw, how, and which bytes of the raw it kept."""
 
@@ -46,7 +46,7 @@ class Truncation:
     omitted_bytes: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ResultShape:
     """The kind of result, and the fingerprint of its JSON structure."""
 
@@ -56,7 +56,7 @@ class ResultShape:
     fields: tuple[str, ...] | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Measurement:
     """The figures of one tool call, and its payloads for the payload store.
 

@@ -69,7 +69,7 @@ _DECLARED_MARKERS = (
 by its framework, which is read as declared truncation."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Texts:
     """The payloads as text and as UTF-8 bytes (None when the call did not carry them)."""
 

@@ -82,7 +82,7 @@ _lock = threading.Lock()
 _encodings: dict[str, tiktoken.Encoding] = {}
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class TokenCount:
     """Tokens in a text, and whether the figure is exact."""
 
