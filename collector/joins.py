@@ -17,6 +17,7 @@ from collector.dialects import matching
 from collector.measure.measurement import infer_retained, measure, merge_ranges, truncation_kind
 from collector.model import ToolCall
 from collector.store.database import Batch, WriteResult
+from collector.store.payloads import inline_bytes
 
 if TYPE_CHECKING:
     from collector.pipeline import Pipeline
@@ -174,7 +175,7 @@ class ViewJoins:
         if row["raw_cut"] is None:
             return None
         if row["raw_inline"] is not None:
-            return bytes(row["raw_inline"])
+            return inline_bytes(row["raw_inline"], row["raw_inline_codec"])
         if self.pipeline.payloads is None or row["raw_blob_id"] is None:
             return None
         return self.pipeline.payloads.get(row["raw_blob_id"])

@@ -111,6 +111,7 @@ PAYLOADS: Final = pa.schema(
         ("inline", pa.binary()),
         ("start_ns", pa.int64()),
         ("same_as", pa.string()),
+        ("inline_codec", pa.string()),
     ]
 )
 """A row of ``payloads``: where one raw or view payload of a tool call is kept."""

@@ -255,7 +255,8 @@ def _copy_with_blobs(con: duckdb.DuckDBPyConnection, source: str, table: str, ke
                     except StoreError:
                         pass  # a file already gone: the row keeps its blob id, the replay says so
                     else:
-                        row["blob_id"] = None
+                        row["blob_id"] = None  # inline as they are: a lake's Parquet files are compressed
+                        row["inline_codec"] = None
                 size += len(row.get("inline") or b"")
                 chunk.append(row)
         if not chunk:

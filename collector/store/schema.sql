@@ -121,12 +121,14 @@ CREATE TABLE IF NOT EXISTS payloads (
     head_bytes   BIGINT,             -- the blob holds bytes [0, head_bytes) ...
     tail_bytes   BIGINT,             -- ... then [total_bytes - tail_bytes, total_bytes)
     blob_id      VARCHAR,            -- sha256 of the stored bytes: the file name (NULL when inline)
-    inline       BLOB,               -- the stored bytes themselves, when at most 16 KiB
+    inline       BLOB,               -- the stored bytes themselves, when at most 16 KiB (as inline_codec says)
     start_ns     BIGINT,             -- the call's start: a write checks only payloads near its own for repeats
-    same_as      VARCHAR             -- 'raw': a view byte for byte its call's raw result, whose bytes are not stored twice
+    same_as      VARCHAR,            -- 'raw': a view byte for byte its call's raw result, whose bytes are not stored twice
+    inline_codec VARCHAR             -- 'zstd': inline holds the bytes compressed; NULL: as they are
 );
 ALTER TABLE payloads ADD COLUMN IF NOT EXISTS start_ns BIGINT;
 ALTER TABLE payloads ADD COLUMN IF NOT EXISTS same_as VARCHAR;
+ALTER TABLE payloads ADD COLUMN IF NOT EXISTS inline_codec VARCHAR;
 
 -- The collector's own counters: one row per collector, updated at every flush.
 CREATE TABLE IF NOT EXISTS collector_stats (

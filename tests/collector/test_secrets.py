@@ -9,7 +9,7 @@ import string
 from pathlib import Path
 
 from collector.store.database import read_connection
-from collector.store.payloads import load_payload
+from collector.store.payloads import inline_bytes, load_payload
 
 rng = random.Random(11)
 
@@ -37,11 +37,15 @@ def test_planted_secrets_are_redacted_everywhere(provider_with, db_path: str, co
              "gen_ai.tool.call.arguments": json.dumps({"token": SECRETS["github"]}), "gen_ai.tool.call.result": raw}  # fmt: skip
     with provider.get_tracer("a").start_as_current_span("execute_tool read_config", attributes=attrs):
         pass
+    small = json.dumps({"env": {"OPENAI_API_KEY": SECRETS["openai"], "AWS": SECRETS["aws"]}, "note": "ordinary " * 40})
+    attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "read_env", "gen_ai.tool.call.result": small}
+    with provider.get_tracer("a").start_as_current_span("execute_tool read_env", attributes=attrs):
+        pass  # a result small enough to be kept inline, in the DuckDB file
     assert processor.force_flush()
     provider.shutdown()
     with read_connection(db_path) as con:
         tokens, raw_bytes, redactions, trace_id, span_id, arguments = con.execute(
-            "SELECT raw_tokens, raw_bytes, redactions, trace_id, span_id, arguments FROM tool_calls"
+            "SELECT raw_tokens, raw_bytes, redactions, trace_id, span_id, arguments FROM tool_calls WHERE tool_name = 'read_config'"
         ).fetchone()  # type: ignore[misc]
         stored = load_payload(con, db_path, trace_id, span_id, "raw")
     assert tokens == counter.count(raw).tokens and raw_bytes == len(raw.encode())  # figures of the original
@@ -58,4 +62,12 @@ def test_planted_secrets_are_redacted_everywhere(provider_with, db_path: str, co
             data = zstandard.ZstdDecompressor().decompress(data)
         for name, secret in SECRETS.items():
             assert secret.encode() not in data, f"{name} secret found in {path}"
+    with read_connection(db_path) as con:  # payloads kept inline are compressed: read as stored
+        inline = [
+            inline_bytes(i, c) for i, c in con.execute("SELECT inline, inline_codec FROM payloads").fetchall() if i
+        ]
+    assert inline and all(b"REDACTED" in data for data in inline)
+    for data in inline:
+        for name, secret in SECRETS.items():
+            assert secret.encode() not in data, f"{name} secret found in an inline payload"
     assert os.path.exists(db_path)
