@@ -99,7 +99,7 @@ def measure(call: ToolCall, counter: TokenCounter) -> Measurement:
     return Measurement(
         call,
         counter.encoding_name,
-        counter.name,
+        counter.name_for(texts.raw_text, texts.view_text, call.wrapped),
         raw,
         view,
         view_source,

@@ -239,9 +239,29 @@ class TokenCounter:
                 log.info("toolmeter: counting with tiktoken: %s", found)
             else:
                 self._fast, self.name = found
+        self.reference_name = f"tiktoken {tiktoken.__version__}"
+        """The reference counter, which counts what the fast one would miscount."""
         if self._fast is None:
             self._enc = get_encoding(encoding)
-            self.name = f"tiktoken {tiktoken.__version__}"
+            self.name = self.reference_name
+
+    def name_for(self, *texts: str | bytes | None) -> str:
+        """Who :meth:`count` counts ``texts`` with (``tool_calls.token_counter``): :attr:`name`,
+        or the reference's name when one holds a code point the fast counter reads differently."""
+        if self._fast is None:
+            return self.name
+        for text in texts:
+            if text is None or text.isascii():
+                continue
+            if isinstance(text, bytes):
+                text = text.decode("utf-8", errors="replace")
+            try:
+                differs = _QUICKTOK_DIFFERS.search(text) is not None
+            except UnicodeError:  # a lone surrogate: count() reads the text with U+FFFD for it
+                differs = _QUICKTOK_DIFFERS.search(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"))
+            if differs:
+                return self.reference_name
+        return self.name
 
     def count(self, text: str) -> TokenCount:
         """Count ``text``: exact (with tiktoken, unless a run longer than :data:`MAX_PIECE_CHARS`

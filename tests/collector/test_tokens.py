@@ -241,3 +241,26 @@ def test_both_counters_store_the_same_figures_for_the_sample_traces(tmp_path: Pa
                 "SELECT * EXCLUDE (token_counter) FROM tool_calls ORDER BY trace_id, span_id"
             ).fetchall()
     assert len(rows["quicktok"]) > 100 and rows["quicktok"] == rows["tiktoken"]
+
+
+def test_a_row_names_tiktoken_when_tiktoken_counted_its_text() -> None:
+    from collector.measure.measurement import measure
+    from collector.model import ToolCall
+
+    counter = _quicktok_counter("o200k_base")
+    assert counter.name.startswith("quicktok") and counter.reference_name.startswith("tiktoken")
+
+    def counted_by(raw: str | bytes, view: str | None = None) -> str:
+        call = ToolCall(
+            trace_id="t", span_id="s", tool_name="x", dialect="toolmeter", start_ns=0, end_ns=1, raw=raw, view=view
+        )
+        return measure(call, counter).row()["token_counter"]
+
+    assert counted_by('{"name": "東京", "emoji": "🚀"}') == counter.name  # not ASCII, every code point known
+    for odd in ("\U000323b0", "\u088f"):  # code points quicktok reads as unassigned
+        assert counted_by(f"名前 {odd}") == counter.reference_name
+        assert counted_by("plain", view=f"cut {odd}") == counter.reference_name  # the view's count too
+        assert counted_by(f"bytes {odd}".encode()) == counter.reference_name
+    assert counted_by(f"a\udc80 {chr(0x323B0)}") == counter.reference_name  # with a lone surrogate
+    assert counted_by("a\udc80b") == counter.name
+    assert tokens.TokenCounter(counter="tiktoken").name_for("\U000323b0") == counter.reference_name
