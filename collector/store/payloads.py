@@ -172,22 +172,22 @@ INLINE_MAX_BYTES = 16 * 1024
 than the payload (most tool results are small); large ones go to the payload store."""
 INLINE_LEVEL = -1
 """zstd level of the payloads kept inline, compressed by the measuring process, each on its own.
-For a 1 KB JSON result it took 1.7 us and kept 20 % of the bytes (level 1: 3.5 us, 18 %); DuckDB
-compressing them itself at the commit (FSST) kept about 26 % and cost the store's single writer
-3.3 us a row, against 0.5 for the compressed bytes."""
+For a 1 KB JSON result it took 1.7 us and kept 20 % of the bytes (level 1: 3.5 us, 18 %). DuckDB
+compressing them itself at the commit (FSST) kept more (a file of 60,000 small results: 25.7 MB,
+now 13.9) and cost the store's single writer ~2 us more a small span (BENCHMARKS.md)."""
 ZSTD: Final = "zstd"
 """``payloads.inline_codec`` of bytes kept compressed; NULL: kept as they are (stores written
 before, and payloads that zstd would not make smaller)."""
+
+
+_INLINE_RAW_BYTES = 64
+"""Payloads this short are kept as they are: a zstd frame's header would eat the little it saves."""
 
 
 def pack_inline(data: bytes) -> tuple[bytes, str | None]:
     """(the bytes to keep inline for ``data``, their ``inline_codec``): zstd when it is smaller."""
     packed = _compress_inline(data) if len(data) > _INLINE_RAW_BYTES else data
     return (packed, ZSTD) if len(packed) < len(data) else (data, None)
-
-
-_INLINE_RAW_BYTES = 64
-"""Payloads this short are kept as they are: a zstd frame's header would eat the little it saves."""
 
 
 def inline_bytes(inline: bytes | bytearray | memoryview, codec: str | None) -> bytes:
