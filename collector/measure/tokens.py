@@ -52,6 +52,13 @@ from collector.errors import ConfigError
 
 log = logging.getLogger("toolmeter")
 
+
+def _as_tiktoken_reads(text: str) -> str:
+    """``text`` as tiktoken encodes text holding a lone surrogate (its own fallback): each one
+    U+FFFD, a high and a low one side by side the character they pair into."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 CHUNK_CHARS: Final = 256 * 1024
 """Target size of one counting chunk."""
 
@@ -257,8 +264,8 @@ class TokenCounter:
                 text = text.decode("utf-8", errors="replace")
             try:
                 differs = _QUICKTOK_DIFFERS.search(text) is not None
-            except UnicodeError:  # a lone surrogate: count() reads the text with U+FFFD for it
-                differs = _QUICKTOK_DIFFERS.search(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"))
+            except UnicodeError:  # a lone surrogate: counted as tiktoken reads it (see count)
+                differs = _QUICKTOK_DIFFERS.search(_as_tiktoken_reads(text)) is not None
             if differs:
                 return self.reference_name
         return self.name
@@ -273,9 +280,8 @@ class TokenCounter:
                 if text.isascii() or _QUICKTOK_DIFFERS.search(text) is None:
                     return TokenCount(int(self._fast.count(text)), True)
             except (TypeError, UnicodeError):
-                # a lone surrogate has no UTF-8: count what tiktoken counts, the text with each
-                # one replaced by U+FFFD (tiktoken's own fallback)
-                fixed = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+                # a lone surrogate has no UTF-8: count what tiktoken counts
+                fixed = _as_tiktoken_reads(text)
                 if _QUICKTOK_DIFFERS.search(fixed) is None:
                     return TokenCount(int(self._fast.count(fixed)), True)
         if self._enc is None:
