@@ -2,6 +2,10 @@
 
 :meth:`Measurement.row` is the one place that names the ``tool_calls`` columns a
 measurement fills; its keys are the store's column list, so change them together.
+
+The figures are read-only by convention, as :class:`~collector.model.ToolCall` is, and not
+frozen: a frozen dataclass sets each field through ``object.__setattr__``, and the ten or so
+small objects measuring a span builds paid a few microseconds for it (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ class Measurement:
     call: ToolCall = field(repr=False)
     encoding: str
     counter: str
-    """Who counted the tokens (``TokenCounter.name``: counter and version)."""
+    """Who counted the tokens (``TokenCounter.name_for`` the call's texts: counter and version)."""
     raw: Size
     view: Size
     view_source: str

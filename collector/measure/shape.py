@@ -169,9 +169,8 @@ def _signature(value: Any, depth: int) -> tuple[Any, int] | None:
     record holding such lists: their key is taken from the keys and from the value types of each
     column (the rows transposed by ``zip``), by loops that run in C. Walking them was ~12 us of
     the ~70 us of measuring a 14-row result; the key takes about half of that (a frozenset of
-    each row's types took ~15 % more). Any other
-    value (rows of differing keys, lists of lists, subclasses of the JSON types) returns None
-    and is walked."""
+    each row's types took ~15 % more). Any other value (rows of differing keys, lists of lists,
+    subclasses of the JSON types) returns None and is walked."""
     kind = type(value)
     if kind in _SCALARS:
         return kind, 1

@@ -54,8 +54,8 @@ _PENDING_KEYS = f"""
 """The stored calls of the viewed traces still measured against their raw result whose view is now stored."""
 _PENDING_JOINS = f"""
     SELECT t.*, m.bytes AS message_bytes, m.tokens AS message_tokens, m.blob_id AS message_blob_id,
-           m.inline AS message_inline, p.inline AS raw_inline, p.inline_codec AS raw_inline_codec, p.blob_id AS raw_blob_id, p.cut AS raw_cut,
-           p.head_bytes AS raw_head_bytes, p.tail_bytes AS raw_tail_bytes
+           m.inline AS message_inline, p.inline AS raw_inline, p.inline_codec AS raw_inline_codec,
+           p.blob_id AS raw_blob_id, p.cut AS raw_cut, p.head_bytes AS raw_head_bytes, p.tail_bytes AS raw_tail_bytes
     FROM (SELECT * FROM tool_calls WHERE {since("start_ns")} AND list_contains($traces, trace_id)
           AND list_contains($calls, trace_id || ':' || span_id)) t
     JOIN (SELECT * FROM message_views WHERE {since("llm_start_ns")} AND list_contains($traces, trace_id)) m
@@ -64,8 +64,8 @@ _PENDING_JOINS = f"""
       ON p.trace_id = t.trace_id AND p.span_id = t.span_id"""
 """Those calls (:data:`_PENDING_KEYS`), with their view and their raw payload."""
 _IDLESS_CALLS = f"""
-    SELECT t.*, p.inline AS raw_inline, p.inline_codec AS raw_inline_codec, p.blob_id AS raw_blob_id, p.cut AS raw_cut,
-           p.head_bytes AS raw_head_bytes, p.tail_bytes AS raw_tail_bytes
+    SELECT t.*, p.inline AS raw_inline, p.inline_codec AS raw_inline_codec, p.blob_id AS raw_blob_id,
+           p.cut AS raw_cut, p.head_bytes AS raw_head_bytes, p.tail_bytes AS raw_tail_bytes
     FROM (SELECT * FROM tool_calls WHERE {since("start_ns")} AND tool_call_id IS NULL AND view_source = 'raw'
           AND list_contains($traces, trace_id)) t
     LEFT JOIN (SELECT * FROM payloads WHERE {since("start_ns")} AND kind = 'raw' AND list_contains($traces, trace_id)) p

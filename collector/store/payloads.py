@@ -1,6 +1,8 @@
-"""Payload bytes for replay, kept in files beside the DuckDB store.
+"""Payload bytes for replay: small ones (:data:`INLINE_MAX_BYTES`) in the ``payloads`` table
+itself, compressed by the measuring process (:func:`pack_inline`), larger ones in files beside
+the DuckDB store.
 
-Why not in DuckDB: DuckDB rewrites the last row group of a table at each checkpoint, and
+Why not every one in DuckDB: DuckDB rewrites the last row group of a table at each checkpoint, and
 the writer checkpoints at every flush (it closes the file so readers can open it). With
 megabyte payloads in that row group, each flush rewrote them again: about 10 MB/s, as
 slow as the tokenizer, and getting slower as the table grew. Here each payload is written
