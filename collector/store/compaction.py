@@ -12,7 +12,7 @@ import os
 import duckdb
 
 from collector.errors import StoreError
-from collector.store.connection import connect
+from collector.store.connection import STORAGE_VERSION, connect
 from collector.store.extensions import sql_literal
 from collector.store.schema import schema_sql
 
@@ -55,7 +55,7 @@ def compact_file(store: str, always: bool = False) -> bool:
         # the old file stays attached (and locked) until the new one has its name, so no
         # writer in another process can write to the old file in between
         con.execute(f"ATTACH {sql_literal(store)} AS old")  # ATTACH takes no parameters
-        con.execute(f"ATTACH {sql_literal(fresh)} AS fresh")
+        con.execute(f"ATTACH {sql_literal(fresh)} AS fresh (STORAGE_VERSION {sql_literal(STORAGE_VERSION)})")
         con.execute("USE fresh")
         con.execute(schema_sql())
         tables = [r[0] for r in con.execute(

@@ -95,6 +95,15 @@ inserted (DuckDB's optimistic write) instead of through the WAL and then the che
 14,000-span write of small results took ~24 us a span at 8,192 rows, ~28 at 4,096 and ~37 at
 16,384 (one file, six writes each, alternated). DuckDB does not keep the size in the file: it
 is given at each attach."""
+STORAGE_VERSION = "v1.4.0"
+"""The DuckDB storage format a file store is written in (given at each attach for writing; a
+file made by an older toolmeter, in DuckDB's default v1.0.0 format, is converted at its first
+write). From v1.4.0 a checkpoint re-uses the on-disk metadata of the row groups it did not
+change; in the older format every checkpoint, so every write's closing one, rewrote the metadata
+of every row group of every table, and a write cost more the larger the store: with 8,192-row
+groups, the checkpoint after a 40-row insert into a 57-column table took ~30 ms at 14,000 rows,
+~90 ms at 1.4 million and ~225 ms at 4.2 million, and 12-22 ms in v1.4.0 at all three (a one-off
+script, BENCHMARKS.md). DuckDB 1.4 or later reads such a file; an older one does not."""
 STORE_ALIAS = "toolmeter_store"
 
 
@@ -109,7 +118,8 @@ def _open_for_writing(path: str) -> duckdb.DuckDBPyConnection:
 
 
 def _attach(host: duckdb.DuckDBPyConnection, path: str) -> None:
-    host.execute(f"ATTACH {sql_literal(path)} AS {STORE_ALIAS} (ROW_GROUP_SIZE {ROW_GROUP_ROWS})")
+    host.execute(f"ATTACH {sql_literal(path)} AS {STORE_ALIAS} "
+                 f"(ROW_GROUP_SIZE {ROW_GROUP_ROWS}, STORAGE_VERSION {sql_literal(STORAGE_VERSION)})")  # fmt: skip
     try:
         host.execute(f"USE {STORE_ALIAS}")
         # where a plain open of the file would spill (an in-memory database spills to ./.tmp)

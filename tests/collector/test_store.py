@@ -464,3 +464,52 @@ def test_payloads_stored_before_they_carried_a_start_are_dated_and_not_stored_tw
     with read_connection(db) as con:
         rows = con.execute("SELECT span_id, start_ns FROM payloads ORDER BY span_id").fetchall()
     assert [(s, t - 1_700_000_000_000_000_000) for s, t in rows] == [(f"{i:016x}", i) for i in (1, 2, 3)]
+
+
+def _storage_version(db: str) -> str:
+    with duckdb.connect(":memory:") as con:
+        con.execute(f"ATTACH '{db}' AS s (READ_ONLY)")
+        tags = con.execute("SELECT tags FROM duckdb_databases() WHERE database_name = 's'").fetchone()
+    assert tags is not None
+    return str(tags[0]["storage_version"])
+
+
+def test_a_store_is_written_in_the_format_whose_checkpoints_reuse_unchanged_metadata(tmp_path: Path) -> None:
+    """A store made by an older toolmeter (DuckDB's default v1.0.0 format, in which every checkpoint
+    rewrote every row group's metadata) is converted at its first write, its rows kept; a new store
+    and a compacted one are made in it."""
+    from collector.config import CollectorConfig
+    from collector.decode.request import JSON, decode_traces
+    from collector.dialects.spans import classify
+    from collector.model import Item
+    from collector.pipeline import Pipeline
+    from collector.store.compaction import compact_file
+    from collector.store.connection import STORAGE_VERSION
+    from collector.store.schema import schema_sql
+
+    def write(db: str, *span_ids: int) -> None:
+        pipeline = Pipeline(CollectorConfig(db=db))
+        spans = decode_traces(_tool_spans(*span_ids), JSON, "otlp").spans
+        pipeline.write(pipeline.build_batch([Item(classify(s.name, s.attributes), s) for s in spans]))
+
+    old = str(tmp_path / "old.duckdb")
+    write(old, 1, 2)
+    with duckdb.connect(":memory:") as con:  # the same rows in a file of DuckDB's default format
+        con.execute(f"ATTACH '{old}' AS src (READ_ONLY)")
+        con.execute(f"ATTACH '{tmp_path / 'v1.duckdb'}' AS v1")
+        con.execute("USE v1")
+        con.execute(schema_sql())
+        for (table,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'src'").fetchall():
+            con.execute(f'INSERT INTO v1."{table}" BY NAME SELECT * FROM src."{table}"')
+    v1 = str(tmp_path / "v1.duckdb")
+    assert _storage_version(v1) == "v1.0.0+"
+    write(v1, 3)
+    assert _storage_version(v1) == f"{STORAGE_VERSION}+"
+    with read_connection(v1) as con:
+        assert con.execute("SELECT span_id FROM tool_calls ORDER BY span_id").fetchall() == [
+            (f"{i:016x}",) for i in (1, 2, 3)
+        ]
+    fresh = str(tmp_path / "fresh.duckdb")
+    write(fresh, 1)
+    assert _storage_version(fresh) == f"{STORAGE_VERSION}+"
+    assert compact_file(fresh, always=True) and _storage_version(fresh) == f"{STORAGE_VERSION}+"
