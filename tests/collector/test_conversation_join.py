@@ -4,6 +4,7 @@ events as a source, and the payload cap: real SDK spans through the in-process p
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from opentelemetry import trace
@@ -110,6 +111,32 @@ def test_calls_derived_from_messages_give_way_to_a_later_tool_span(provider_with
     assert rows(db_path, "tool_name, tool_call_id, origin, view_source") == [
         ("get_status", "call_9", "span", "message")
     ]
+
+
+def test_a_derived_call_gives_way_to_a_tool_span_that_began_hours_before_it(provider_with, db_path: str) -> None:  # type: ignore[no-untyped-def]
+    """The derived call is dated by the model call that read the response; the tool span, arriving
+    after it, began two hours before (a long-running tool): the write still finds and replaces it."""
+    provider, processor = provider_with(flush_interval=3600)
+    tracer = provider.get_tracer("agent")
+    now, hour = time.time_ns(), 3600 * 10**9
+    messages = json.dumps([
+        {"role": "assistant", "parts": [{"type": "tool_call", "id": "call_7", "name": "build", "arguments": {}}]},
+        {"role": "tool", "parts": [{"type": "tool_call_response", "id": "call_7", "response": "built"}]},
+    ])  # fmt: skip
+    root = tracer.start_span("agent", start_time=now - 3 * hour)
+    ctx = trace.set_span_in_context(root)
+    chat = tracer.start_span("chat gpt-4o", context=ctx, start_time=now,
+                             attributes={"gen_ai.operation.name": "chat", "gen_ai.input.messages": messages})  # fmt: skip
+    chat.end(end_time=now + 10**9)
+    assert processor.force_flush()
+    assert rows(db_path, "tool_call_id, origin") == [("call_7", "messages")]
+    attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "build",
+             "gen_ai.tool.call.id": "call_7", "gen_ai.tool.call.result": "built"}  # fmt: skip
+    tool = tracer.start_span("execute_tool build", context=ctx, start_time=now - 2 * hour, attributes=attrs)
+    tool.end(end_time=now - 10**6)
+    root.end(end_time=now + 2 * 10**9)
+    assert processor.force_flush()
+    assert rows(db_path, "tool_name, tool_call_id, origin, view_source") == [("build", "call_7", "span", "message")]
 
 
 def test_views_from_span_events(provider_with, db_path: str, counter) -> None:  # type: ignore[no-untyped-def]
