@@ -102,16 +102,6 @@ def start_span(rows: pa.Table, column: str = "start_ns") -> tuple[int, int] | No
     return (low.as_py(), high.as_py()) if low.is_valid and high.is_valid else None
 
 
-CLOCK_SLACK_NS = 600 * 10**9
-"""How long before a batch's first tool call a stored row that must meet one of the batch's may
-lie, where the order of the two is known: the inner span of a nested pair starts after its outer
-one and before that ends (``_NESTED``), and a call derived from the messages is dated by the model
-call that read the tool's response, after the tool began. The slack is for clocks, not for the
-agent's run. Bounded by the batch's time instead of :data:`TRACE_HORIZON_NS`, the nested-pair
-query took ~7 instead of ~200 ms a write into a store holding 1.4 million calls of the last day
-(BENCHMARKS.md): with the horizon it read every call of that day at each write."""
-
-
 def _margin(dialects: pa.ChunkedArray) -> int:
     """:data:`REPEAT_MARGIN_NS` for a batch holding Claude Code calls, else none."""
     return REPEAT_MARGIN_NS if pc.any(pc.equal(dialects, "claude_code")).as_py() else 0
@@ -160,9 +150,8 @@ def _insert_tool_rows(
         low, high = span or (0, 0)
         gone = con.execute(
             f"""SELECT d.trace_id, d.span_id FROM tool_calls d WHERE d.origin = 'messages'
-               -- a derived call is dated by the model call that first read its response, after the tool
-               -- span (in the batch) began: DuckDB skips the row groups before, not the whole day
-               AND d.start_ns BETWEEN {int(low or 0) - CLOCK_SLACK_NS} AND {int(high or 0) + TRACE_HORIZON_NS}
+               -- a trace's calls lie within the horizon of the batch's: DuckDB skips row groups by start_ns
+               AND d.start_ns BETWEEN {int(low or 0) - TRACE_HORIZON_NS} AND {int(high or 0) + TRACE_HORIZON_NS}
                AND d.trace_id IN (SELECT trace_id FROM tool_batch WHERE tool_call_id IS NOT NULL)
                AND EXISTS (SELECT 1 FROM tool_batch b
                            WHERE b.trace_id = d.trace_id AND b.tool_call_id = d.tool_call_id AND b.origin <> 'messages')"""
@@ -185,7 +174,7 @@ _NESTED = """
     WHERE i.trace_id IN (SELECT DISTINCT trace_id FROM tool_batch)
       -- a trace's calls lie within the horizon of the batch's, and a pair holds a row of the batch
       -- (pairs of stored rows were merged when the later came): the inner started, and the outer
-      -- ended, no earlier than CLOCK_SLACK_NS before the batch's first call. DuckDB skips the row
+      -- ended, no earlier than NESTED_MARGIN_NS before the batch's first call. DuckDB skips the row
       -- groups outside by their min/max start_ns and end_ns (constants, which a subquery is not to
       -- the planner), so the query reads the last minutes of the store, not a day of it
       AND i.start_ns BETWEEN {recent} AND {high} AND o.start_ns BETWEEN {low} AND {high} AND o.end_ns >= {recent}
@@ -193,6 +182,13 @@ _NESTED = """
       AND (i.parent_span_id = o.span_id
            OR (i.origin = 'mcp_server' AND o.origin = 'span' AND o.start_ns <= i.start_ns AND i.end_ns <= o.end_ns))
     GROUP BY i.trace_id, i.span_id"""
+NESTED_MARGIN_NS = 600 * 10**9
+"""How long before a batch's first tool call a row of a nested pair (see ``_NESTED``) may have
+started (the inner) or ended (the outer). The other row of a pair is in the batch, and an inner
+span starts after its outer one and before that ends: the margin is slack for clocks, not for
+the agent's run. Bounding the pair by the batch's time instead of :data:`TRACE_HORIZON_NS`
+took the query from ~200 to ~7 ms a write into a store holding 1.4 million calls of the last
+day (BENCHMARKS.md); with the horizon it read every call of that day at each write."""
 NESTED_WARNING = ("one call recorded by two tool spans of the same name (a tool span inside another, or the MCP "
                   "server's tools/call span inside the client's): kept as one row, the one that holds the result")  # fmt: skip
 
@@ -202,7 +198,7 @@ def _merge_nested(con: duckdb.DuckDBPyConnection, span: tuple[int, int]) -> int:
     result (it is nearer the tool), else the outer one. Returns the rows dropped."""
     drop: list[tuple[str, str]] = []
     keep: list[tuple[str, str]] = []
-    nested = _NESTED.format(recent=span[0] - CLOCK_SLACK_NS, low=span[0] - TRACE_HORIZON_NS,
+    nested = _NESTED.format(recent=span[0] - NESTED_MARGIN_NS, low=span[0] - TRACE_HORIZON_NS,
                             high=span[1] + TRACE_HORIZON_NS)  # fmt: skip
     for trace_id, inner, outer, inner_has_raw, candidates in con.execute(nested).fetchall():
         if candidates != 1:
