@@ -59,6 +59,20 @@ def _as_tiktoken_reads(text: str) -> str:
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
+def _fast_reads(text: str) -> str | None:
+    """The text the fast counter counts for ``text`` (itself, or as tiktoken reads a lone
+    surrogate), or None when tiktoken must count it: it holds a code point quicktok reads as
+    unassigned where tiktoken knows it (see _QUICKTOK_DIFFERS). One decision for
+    :meth:`TokenCounter.count` and :meth:`TokenCounter.name_for`."""
+    if text.isascii():
+        return text
+    try:
+        return text if _QUICKTOK_DIFFERS.search(text) is None else None
+    except (TypeError, UnicodeError):  # a lone surrogate has no UTF-8: count what tiktoken counts
+        fixed = _as_tiktoken_reads(text)
+        return fixed if _QUICKTOK_DIFFERS.search(fixed) is None else None
+
+
 CHUNK_CHARS: Final = 256 * 1024
 """Target size of one counting chunk."""
 
@@ -258,15 +272,9 @@ class TokenCounter:
         if self._fast is None:
             return self.name
         for text in texts:
-            if text is None or text.isascii():
-                continue
             if isinstance(text, bytes):
                 text = text.decode("utf-8", errors="replace")
-            try:
-                differs = _QUICKTOK_DIFFERS.search(text) is not None
-            except UnicodeError:  # a lone surrogate: counted as tiktoken reads it (see count)
-                differs = _QUICKTOK_DIFFERS.search(_as_tiktoken_reads(text)) is not None
-            if differs:
+            if text is not None and _fast_reads(text) is None:
                 return self.reference_name
         return self.name
 
@@ -274,16 +282,10 @@ class TokenCounter:
         """Count ``text``: exact (with tiktoken, unless a run longer than :data:`MAX_PIECE_CHARS`
         had no cut point)."""
         if self._fast is not None:
-            # linear in any run: no chunks needed. Text holding a code point quicktok reads as
-            # unassigned where tiktoken knows it (see _QUICKTOK_DIFFERS) goes to tiktoken below
-            try:
-                if text.isascii() or _QUICKTOK_DIFFERS.search(text) is None:
-                    return TokenCount(int(self._fast.count(text)), True)
-            except (TypeError, UnicodeError):
-                # a lone surrogate has no UTF-8: count what tiktoken counts
-                fixed = _as_tiktoken_reads(text)
-                if _QUICKTOK_DIFFERS.search(fixed) is None:
-                    return TokenCount(int(self._fast.count(fixed)), True)
+            # linear in any run: no chunks needed
+            fast_text = _fast_reads(text)
+            if fast_text is not None:
+                return TokenCount(int(self._fast.count(fast_text)), True)
         if self._enc is None:
             self._enc = get_encoding(self.encoding_name)  # cached and locked there: a race loads it once
         encode = self._enc.encode_ordinary
