@@ -67,8 +67,9 @@ from collector.store.connection import (
     rows_as_dicts,
     transaction,
 )
+from collector.store.reach import TRACE_HORIZON_NS
 from collector.store.schema import create_or_upgrade, lake_schema_sql, schema_sql
-from collector.store.windowcost import TRACE_HORIZON_NS, recount_all_later_llm_calls
+from collector.store.windowcost import recount_all_later_llm_calls
 
 # Names callers have always imported from here; they live in the modules above.
 __all__ = [

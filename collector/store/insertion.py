@@ -21,8 +21,9 @@ import pyarrow.compute as pc
 
 from collector.store import columns, naming, rollup
 from collector.store.batch import Batch, WriteResult
-from collector.store.pairing import horizon_start, joins, since
-from collector.store.windowcost import TRACE_HORIZON_NS, update_later_llm_calls
+from collector.store.pairing import joins
+from collector.store.reach import TRACE_HORIZON_NS, Reach, since_field
+from collector.store.windowcost import update_later_llm_calls
 
 _WITH_START_TIME = "*, make_timestamp(start_ns // 1000) AS start_time"
 _TOOL_ROW = f"{_WITH_START_TIME}, 0 AS later_llm_calls"
@@ -47,7 +48,7 @@ either side would have every write read millions of stored keys."""
 def insert_new(
     con: duckdb.DuckDBPyConnection, table: str, source: str, keys: tuple[str, ...], keyed: bool,
     select: str = "*", by_start: bool = False, fresh: bool = False, margin_ns: int = 0,
-    within: tuple[int, int] | None = None, time_column: str = "start_ns",
+    within: tuple[int, int] | None = None, time_column: str = "start_ns", lower_ns: int | None = None,
 ) -> int:  # fmt: skip
     """Insert the rows of ``source`` (a table, view or subquery) whose ``keys`` are not in ``table`` yet.
 
@@ -57,7 +58,8 @@ def insert_new(
     the other row groups, DuckLake the other files, by their min/max ``start_ns``: given as
     constants, which a subquery is not to the planner), widened by ``margin_ns`` either side, and
     drops repeats inside ``source``. ``within``: that span, when the caller knows it already.
-    ``time_column``: the column that span is of (``start_ns`` unless given).
+    ``time_column``: the column that span is of (``start_ns`` unless given). ``lower_ns``: the
+    lower end of the span looked in instead of its start less ``margin_ns``.
 
     ``fresh``: the rows are taken to be new. On a keyed table a key already stored raises
     ``duckdb.ConstraintException`` instead of being skipped (see :func:`insert_batch`); on any
@@ -73,7 +75,8 @@ def insert_new(
         low, high = span or (None, None)
         within = (int(low), int(high)) if low is not None and high is not None else None
     if within is not None:
-        match += f" AND t.{time_column} BETWEEN {within[0] - margin_ns} AND {within[1] + margin_ns}"
+        low = within[0] - margin_ns if lower_ns is None else lower_ns
+        match += f" AND t.{time_column} BETWEEN {low} AND {within[1] + margin_ns}"
     if fresh and not _repeats(con, table, source, keys, match):
         row = con.execute(f"INSERT INTO {table} BY NAME SELECT {select} FROM {source}").fetchone()
         return int(row[0]) if row else 0
@@ -114,18 +117,20 @@ def _register(con: duckdb.DuckDBPyConnection, name: str, rows: list[dict[str, An
 def _insert_rows(
     con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]] | pa.Table, keys: tuple[str, ...],
     keyed: frozenset[str], fresh: bool = False, by_start: bool = False, margin_ns: int = 0,
-    time_column: str = "start_ns",
+    time_column: str = "start_ns", reach: Reach | None = None,
 ) -> int:  # fmt: skip
     """Insert ``rows`` not stored yet (see :func:`insert_new`); with ``by_start``, compared with the
     stored rows near them in ``time_column`` only, when every row has a time (a row with none
-    could repeat a stored row of any time)."""
+    could repeat a stored row of any time): no earlier than ``reach`` when given (the rows'
+    traces begin there), else than ``margin_ns`` before the rows."""
     name = f"{table}_batch"
     arrow = rows if isinstance(rows, pa.Table) else columns.table_of(rows, columns.TABLES[table])
     within = start_span(arrow, time_column) if by_start and arrow.column(time_column).null_count == 0 else None
     con.register(name, arrow)
     try:
         return insert_new(con, table, name, keys, table in keyed, fresh=fresh, margin_ns=margin_ns,
-                          within=within, time_column=time_column)  # fmt: skip
+                          within=within, time_column=time_column,
+                          lower_ns=reach.lo if reach is not None and within is not None else None)  # fmt: skip
     finally:
         con.unregister(name)
 
@@ -138,7 +143,7 @@ def _delete_calls(con: duckdb.DuckDBPyConnection, calls: list[tuple[str, str]]) 
 
 
 def _insert_tool_rows(
-    con: duckdb.DuckDBPyConnection, rows: pa.Table, keyed: frozenset[str], fresh: bool, margin_ns: int
+    con: duckdb.DuckDBPyConnection, rows: pa.Table, keyed: frozenset[str], fresh: bool, margin_ns: int, reach: Reach
 ) -> int:
     """Insert tool calls from ``tool_batch`` (left registered for the window-cost recount)."""
     con.register("tool_batch", rows)
@@ -147,11 +152,11 @@ def _insert_tool_rows(
     ids, origins = rows.column("tool_call_id"), rows.column("origin")
     span = start_span(rows)
     if pc.any(pc.and_(pc.is_valid(ids), pc.not_equal(origins, "messages"))).as_py():
-        low, high = span or (0, 0)
+        high = int(span[1]) if span is not None else 0
         gone = con.execute(
             f"""SELECT d.trace_id, d.span_id FROM tool_calls d WHERE d.origin = 'messages'
-               -- a trace's calls lie within the horizon of the batch's: DuckDB skips row groups by start_ns
-               AND d.start_ns BETWEEN {int(low or 0) - TRACE_HORIZON_NS} AND {int(high or 0) + TRACE_HORIZON_NS}
+               -- a trace's calls lie where it begins or later: DuckDB skips row groups by start_ns
+               AND d.start_ns BETWEEN {reach.so_far.lo} AND {high + TRACE_HORIZON_NS}
                AND d.trace_id IN (SELECT trace_id FROM tool_batch WHERE tool_call_id IS NOT NULL)
                AND EXISTS (SELECT 1 FROM tool_batch b
                            WHERE b.trace_id = d.trace_id AND b.tool_call_id = d.tool_call_id AND b.origin <> 'messages')"""
@@ -218,7 +223,7 @@ def _merge_nested(con: duckdb.DuckDBPyConnection, span: tuple[int, int]) -> int:
 
 
 _LLM_PAIRS = f"""
-    WITH l AS (SELECT * FROM llm_calls WHERE {since("start_ns")} AND trace_id IN (SELECT trace_id FROM llm_batch)),
+    WITH l AS (SELECT * FROM llm_calls WHERE {since_field("start_ns")} AND trace_id IN (SELECT trace_id FROM llm_batch)),
     sib AS (SELECT i.trace_id, i.span_id AS inner_id, w.span_id AS outer_id,
                    count(*) OVER (PARTITION BY w.trace_id, w.span_id) AS inside
             FROM l i JOIN l w ON i.trace_id = w.trace_id AND i.span_id <> w.span_id
@@ -234,9 +239,8 @@ _CARRIED = ("model", "input_tokens", "output_tokens", "cache_read_tokens", "cach
             "cleared_input_tokens", "compaction_parts")  # fmt: skip
 
 
-def _insert_llm_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]], keyed: frozenset[str]) -> int:
+def _insert_llm_rows(con: duckdb.DuckDBPyConnection, table: pa.Table, keyed: frozenset[str], reach: Reach) -> int:
     """Insert LLM calls from ``llm_batch`` (left registered for the window-cost recount)."""
-    table = columns.table_of(rows, columns.LLM_CALLS)
     con.register("llm_batch", table)
     span = start_span(table)
     added = insert_new(con, "llm_calls", "llm_batch", ("trace_id", "span_id"), "llm_calls" in keyed, _WITH_START_TIME,
@@ -248,8 +252,7 @@ def _insert_llm_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]],
     # the agent's own are never merged without that). The inner one, which made the request,
     # is kept, with what only the outer one read (a response body's context-editing report,
     # cache figures in a spelling the inner one lacks)
-    lo = horizon_start(span[0] if span is not None else None)
-    pairs = con.execute(_LLM_PAIRS.format(lo=lo)).fetchall()
+    pairs = con.execute(_LLM_PAIRS.format(since=reach)).fetchall()
     if not pairs:  # the usual case: no statement more
         return added
     inner, outer = [f"{t}:{i}" for t, i, _ in pairs], [f"{t}:{o}" for t, _, o in pairs]
@@ -259,13 +262,13 @@ def _insert_llm_rows(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]],
             FROM (SELECT p.inner_key, o.compacted, {", ".join(f"o.{c}" for c in _CARRIED)}
                   FROM (SELECT unnest(?::VARCHAR[]) AS inner_key, unnest(?::VARCHAR[]) AS outer_key) p
                   JOIN llm_calls o ON o.trace_id || ':' || o.span_id = p.outer_key
-                  WHERE o.trace_id IN (SELECT trace_id FROM llm_batch) AND {since("o.start_ns", lo)}) AS w
-            WHERE llm_calls.trace_id IN (SELECT trace_id FROM llm_batch) AND {since("llm_calls.start_ns", lo)}
+                  WHERE o.trace_id IN (SELECT trace_id FROM llm_batch) AND {reach.since("o.start_ns")}) AS w
+            WHERE llm_calls.trace_id IN (SELECT trace_id FROM llm_batch) AND {reach.since("llm_calls.start_ns")}
               AND llm_calls.trace_id || ':' || llm_calls.span_id = w.inner_key""",
         [inner, outer],
     )
     row = con.execute(
-        f"""DELETE FROM llm_calls WHERE trace_id IN (SELECT trace_id FROM llm_batch) AND {since("start_ns", lo)}
+        f"""DELETE FROM llm_calls WHERE trace_id IN (SELECT trace_id FROM llm_batch) AND {reach.since("start_ns")}
            AND trace_id || ':' || span_id IN (SELECT unnest(?::VARCHAR[]))""",
         [outer],
     ).fetchone()
@@ -326,20 +329,24 @@ def insert_batch(
     tools = llms = 0
     registered: list[str] = []
     tool_table = batch.arrow("tool_calls")
+    llm_table = columns.table_of(batch.llm_rows, columns.LLM_CALLS) if batch.llm_rows else None
+    reach = Reach.of(con, batch, [t for t in (tool_table, llm_table) if t is not None])
+    if llm_table is not None or batch.message_rows:
+        reach.find()  # its model calls and views need it: the reads of its tool calls use it too
     # how far off a repeat of the batch's calls (and so of their payloads) may be stored
     margin = _margin(tool_table.column("dialect")) if tool_table is not None else 0
     if tool_table is not None:
-        tools = _insert_tool_rows(con, tool_table, keyed, fresh, margin)
+        tools = _insert_tool_rows(con, tool_table, keyed, fresh, margin, reach)
         registered.append("tool_batch")
-    if batch.llm_rows:
-        llms = _insert_llm_rows(con, batch.llm_rows, keyed)
+    if llm_table is not None:
+        llms = _insert_llm_rows(con, llm_table, keyed, reach)
         registered.append("llm_batch")
     starts = tool_table.column("start_ns").to_pylist() if tool_table is not None else []
     starts += [r.get("start_ns") for r in batch.llm_rows]
     if registered:
         known = [int(s) for s in starts if s is not None]
         if known:
-            update_later_llm_calls(con, registered, min(known))
+            update_later_llm_calls(con, registered, reach)
             _invalidate_rollups(con, known)
     for name in registered:
         con.unregister(name)
@@ -348,11 +355,12 @@ def insert_batch(
         # only stored payloads near the batch's calls are looked at (see schema.date_old_payloads),
         # as far off as a repeat of the calls' own rows is
         _insert_rows(con, "payloads", payload_table, ("trace_id", "span_id", "kind"), keyed, fresh, True, margin)
-    # a view or a name is repeated by every later model call of its run: the stored one lies
-    # within the run's horizon of the batch's (DuckDB skips the other row groups by their time)
+    # a view or a name is repeated by every later model call of its run: a stored view lies where
+    # its trace begins or later, a name within the run's horizon of the batch's (DuckDB skips the
+    # other row groups by their time)
     if batch.message_rows:
         _insert_rows(con, "message_views", batch.message_rows, ("trace_id", "tool_call_id"), keyed, by_start=True,
-                     margin_ns=TRACE_HORIZON_NS, time_column="llm_start_ns")  # fmt: skip
+                     margin_ns=TRACE_HORIZON_NS, time_column="llm_start_ns", reach=reach)  # fmt: skip
     if batch.name_rows:
         _insert_rows(con, "tool_call_names", batch.name_rows, ("trace_id", "tool_call_id"), keyed, by_start=True,
                      margin_ns=TRACE_HORIZON_NS, time_column="asked_ns")  # fmt: skip
@@ -365,8 +373,7 @@ def insert_batch(
     _record_counters(con, batch, lake, written)
     if not batch.join_traces:
         return written
-    times = [t for t in (*starts, *(r.get("llm_start_ns") for r in batch.message_rows)) if t is not None]
-    return joins(con, written, batch.join_traces, int(min(times)) if times else None)
+    return joins(con, written, batch.join_traces, reach)
 
 
 def replace_tool_rows(

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from collector.store import rollup
 from collector.store.batch import Batch
-from collector.store.windowcost import TRACE_HORIZON_NS
+from collector.store.reach import TRACE_HORIZON_NS
 
 
 def name_views(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:

@@ -6,11 +6,10 @@ for the stored calls whose view has now arrived (``pending_joins``), for the vie
 claims (the conversation join: calls derived from the messages, or matched to id-less calls),
 and for those id-less calls. :class:`collector.joins.ViewJoins` measures what it finds.
 
-The queries read the rows of the batch's traces only, and a trace's rows lie within the
-horizon of the batch's: each is bounded below by the batch's earliest time less
-``TRACE_HORIZON_NS`` (``{lo}``, a constant, so DuckDB skips the older row groups by their
-min/max time). Each join is found from key columns first, and the rows (payloads, views) are
-read for what was found only, through a filter DuckDB evaluates in the scan (``list_contains``:
+The queries read the rows of the batch's traces only, from where those traces begin in the
+store (:class:`collector.store.reach.Reach`: DuckDB skips the older row groups by their min/max
+time). Each join is found from key columns first, and the rows (payloads, views) are read for
+what was found only, through a filter DuckDB evaluates in the scan (``list_contains``:
 an IN-subquery is a join, so the scan reads every column of every row first). Joining the
 whole rows at once read every stored payload and view at each write: ~70 us a call at 200,000
 calls with their model calls, growing with the store (``benchmarks/bench_flush.py --views``).
@@ -24,94 +23,77 @@ import duckdb
 
 from collector.store.batch import WriteResult
 from collector.store.connection import rows_as_dicts
-from collector.store.windowcost import TRACE_HORIZON_NS
-
-
-def since(column: str, lo: int | None = None) -> str:
-    """``column`` at the lower bound ``lo`` or later (left as ``{lo}``, to fill in at each write, when
-    not given); a row stored with no time (by a version before it was kept) is looked at too."""
-    bound = "{lo}" if lo is None else str(lo)
-    return f"({column} >= {bound} OR {column} IS NULL)"
-
-
-def horizon_start(first_ns: int | None) -> int:
-    """The earliest time a row of the traces of a batch whose earliest row is at ``first_ns`` may
-    have (None: no row of the batch has a time, and no stored row is too old)."""
-    return first_ns - TRACE_HORIZON_NS if first_ns is not None else -(2**63)
-
+from collector.store.reach import Reach, since_field
 
 _VIEWED_TRACES = f"""
     SELECT DISTINCT trace_id FROM message_views
-    WHERE {since("llm_start_ns")} AND trace_id IN (SELECT unnest(?::VARCHAR[]))"""
+    WHERE {since_field("llm_start_ns")} AND trace_id IN (SELECT unnest(?::VARCHAR[]))"""
 _PENDING_KEYS = f"""
     SELECT t.trace_id, t.span_id
     FROM (SELECT trace_id, span_id, tool_call_id FROM tool_calls
-          WHERE {since("start_ns")} AND view_source = 'raw' AND tool_call_id IS NOT NULL
+          WHERE {since_field("start_ns")} AND view_source = 'raw' AND tool_call_id IS NOT NULL
             AND trace_id IN (SELECT unnest($traces))) t
     JOIN (SELECT trace_id, tool_call_id FROM message_views
-          WHERE {since("llm_start_ns")} AND trace_id IN (SELECT unnest($traces))) m
+          WHERE {since_field("llm_start_ns")} AND trace_id IN (SELECT unnest($traces))) m
       USING (trace_id, tool_call_id)"""
 """The stored calls of the viewed traces still measured against their raw result whose view is now stored."""
 _PENDING_JOINS = f"""
     SELECT t.*, m.bytes AS message_bytes, m.tokens AS message_tokens, m.blob_id AS message_blob_id,
            m.inline AS message_inline, p.inline AS raw_inline, p.inline_codec AS raw_inline_codec,
            p.blob_id AS raw_blob_id, p.cut AS raw_cut, p.head_bytes AS raw_head_bytes, p.tail_bytes AS raw_tail_bytes
-    FROM (SELECT * FROM tool_calls WHERE {since("start_ns")} AND list_contains($traces, trace_id)
+    FROM (SELECT * FROM tool_calls WHERE {since_field("start_ns")} AND list_contains($traces, trace_id)
           AND list_contains($calls, trace_id || ':' || span_id)) t
-    JOIN (SELECT * FROM message_views WHERE {since("llm_start_ns")} AND list_contains($traces, trace_id)) m
+    JOIN (SELECT * FROM message_views WHERE {since_field("llm_start_ns")} AND list_contains($traces, trace_id)) m
       USING (trace_id, tool_call_id)
-    LEFT JOIN (SELECT * FROM payloads WHERE {since("start_ns")} AND kind = 'raw' AND list_contains($traces, trace_id)) p
+    LEFT JOIN (SELECT * FROM payloads WHERE {since_field("start_ns")} AND kind = 'raw' AND list_contains($traces, trace_id)) p
       ON p.trace_id = t.trace_id AND p.span_id = t.span_id"""
 """Those calls (:data:`_PENDING_KEYS`), with their view and their raw payload."""
 _IDLESS_CALLS = f"""
     SELECT t.*, p.inline AS raw_inline, p.inline_codec AS raw_inline_codec, p.blob_id AS raw_blob_id,
            p.cut AS raw_cut, p.head_bytes AS raw_head_bytes, p.tail_bytes AS raw_tail_bytes
-    FROM (SELECT * FROM tool_calls WHERE {since("start_ns")} AND tool_call_id IS NULL AND view_source = 'raw'
+    FROM (SELECT * FROM tool_calls WHERE {since_field("start_ns")} AND tool_call_id IS NULL AND view_source = 'raw'
           AND list_contains($traces, trace_id)) t
-    LEFT JOIN (SELECT * FROM payloads WHERE {since("start_ns")} AND kind = 'raw' AND list_contains($traces, trace_id)) p
+    LEFT JOIN (SELECT * FROM payloads WHERE {since_field("start_ns")} AND kind = 'raw' AND list_contains($traces, trace_id)) p
       ON p.trace_id = t.trace_id AND p.span_id = t.span_id"""
 _UNCLAIMED_KEYS = f"""
     SELECT m.trace_id, m.tool_call_id FROM message_views m
-    WHERE {since("m.llm_start_ns")} AND m.trace_id IN (SELECT unnest($traces))
+    WHERE {since_field("m.llm_start_ns")} AND m.trace_id IN (SELECT unnest($traces))
       AND NOT EXISTS (SELECT 1 FROM tool_calls t WHERE t.trace_id = m.trace_id AND t.tool_call_id = m.tool_call_id
-                      AND t.origin IS DISTINCT FROM 'messages' AND {since("t.start_ns")}
+                      AND t.origin IS DISTINCT FROM 'messages' AND {since_field("t.start_ns")}
                       AND t.trace_id IN (SELECT unnest($traces)))"""
 """The views of the viewed traces that no call claims (by its id)."""
 _UNCLAIMED_VIEWS = f"""
     SELECT m.*, (SELECT any_value(d.span_id) FROM tool_calls d WHERE d.trace_id = m.trace_id
-                   AND d.tool_call_id = m.tool_call_id AND d.origin = 'messages' AND {since("d.start_ns")}
+                   AND d.tool_call_id = m.tool_call_id AND d.origin = 'messages' AND {since_field("d.start_ns")}
                    AND list_contains($traces, d.trace_id)) AS derived_span_id
     FROM message_views m
-    WHERE {since("m.llm_start_ns")} AND list_contains($traces, m.trace_id)
+    WHERE {since_field("m.llm_start_ns")} AND list_contains($traces, m.trace_id)
       AND list_contains($views, m.trace_id || ':' || m.tool_call_id)"""
 """Those views (:data:`_UNCLAIMED_KEYS`), with the call derived from each, if any."""
 
 
-def joins(
-    con: duckdb.DuckDBPyConnection, written: WriteResult, join_traces: list[str], first_ns: int | None
-) -> WriteResult:
-    """``written`` with the joins the batch made possible (see :class:`WriteResult`); ``first_ns``:
-    the earliest time of the batch's rows (None: none has one, and no row is too old)."""
-    lo = horizon_start(first_ns)
+def joins(con: duckdb.DuckDBPyConnection, written: WriteResult, join_traces: list[str], reach: Reach) -> WriteResult:
+    """``written`` with the joins the batch made possible (see :class:`WriteResult`); ``reach``:
+    where the batch's traces begin in the store."""
 
     def found(keys_query: str, rows_query: str, keys_name: str) -> tuple[list[str], list[dict[str, Any]]]:
         """(traces, rows) of a join: its keys from the key columns, then the rows of those keys only."""
-        pairs = con.execute(keys_query.format(lo=lo), {"traces": viewed}).fetchall()
+        pairs = con.execute(keys_query.format(since=reach), {"traces": viewed}).fetchall()
         if not pairs:
             return [], []
         traces = sorted({t for t, _ in pairs})
         keys = [f"{a}:{b}" for a, b in pairs]
-        return traces, rows_as_dicts(con.execute(rows_query.format(lo=lo), {"traces": traces, keys_name: keys}))
+        return traces, rows_as_dicts(con.execute(rows_query.format(since=reach), {"traces": traces, keys_name: keys}))
 
     # read in the same transaction as the write: the late joins see exactly what is stored;
     # both start from a view of the message inputs, so traces without one need neither
-    viewed = [row[0] for row in con.execute(_VIEWED_TRACES.format(lo=lo), [join_traces]).fetchall()]
+    viewed = [row[0] for row in con.execute(_VIEWED_TRACES.format(since=reach.so_far), [join_traces]).fetchall()]
     if not viewed:
         return written
     _, pending = found(_PENDING_KEYS, _PENDING_JOINS, "calls")
     claiming, unclaimed = found(_UNCLAIMED_KEYS, _UNCLAIMED_VIEWS, "views")
     # id-less calls are matched to the views no call claims, of their own trace only: read
     # them for those traces (none, usually), not for every trace the batch touched
-    idless = rows_as_dicts(con.execute(_IDLESS_CALLS.format(lo=lo), {"traces": claiming})) if claiming else []
+    idless = rows_as_dicts(con.execute(_IDLESS_CALLS.format(since=reach), {"traces": claiming})) if claiming else []
     return WriteResult(written.tool_calls, written.llm_calls, written.duplicates, pending_joins=pending,
                        idless_calls=idless, unclaimed_views=unclaimed)  # fmt: skip

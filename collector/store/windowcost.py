@@ -26,10 +26,7 @@ from __future__ import annotations
 
 import duckdb
 
-TRACE_HORIZON_NS = 24 * 3600 * 10**9
-"""How far before a batch's earliest span a tool call may lie and still have its window
-cost updated by that batch's LLM calls. Bounds the work of each write (DuckDB skips older
-row groups by their min/max start time); agent runs last minutes, not days."""
+from collector.store.reach import Reach
 
 _COUNTED_READ_BY_READ = """(cache_read_tokens IS NOT NULL OR cleared_tool_uses > 0 OR compacted
                             OR compaction_parts > 0)"""
@@ -41,17 +38,17 @@ _SET = """later_llm_calls = n.later, cached_reads = n.cached, cache_written = n.
        cleared_by = n.cleared_by, read_by_model = n.model"""
 
 
-def update_later_llm_calls(con: duckdb.DuckDBPyConnection, batches: list[str], first_ns: int) -> None:
+def update_later_llm_calls(con: duckdb.DuckDBPyConnection, batches: list[str], reach: Reach) -> None:
     """Recount, for the traces this batch touched, how each tool result was read after it.
 
     ``batches`` names the registered Arrow tables of the batch (tool and LLM rows): their
     traces are the ones recounted. Recounting whole traces (not adding to counts) keeps
     the columns right whatever order spans arrive in, and when a batch is retried.
-    ``first_ns`` is the batch's earliest start: as a number, it lets DuckDB skip the row groups
-    that end before the traces could begin (a subquery does not).
+    ``reach``: where those traces begin in the store; as a number, it lets DuckDB skip the row
+    groups that end before it (a subquery does not).
     """
     touched = " UNION ".join(f"SELECT trace_id FROM {b}" for b in batches)
-    _recount(con, touched, first_ns - TRACE_HORIZON_NS)
+    _recount(con, touched, reach)
 
 
 def recount_all_later_llm_calls(con: duckdb.DuckDBPyConnection) -> None:
@@ -59,7 +56,7 @@ def recount_all_later_llm_calls(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("UPDATE tool_calls SET later_llm_calls = 0 WHERE later_llm_calls IS NULL")
     first = con.execute("SELECT min(start_ns) FROM tool_calls").fetchone()
     if first and first[0] is not None:  # the bound as a number (see update_later_llm_calls)
-        _recount(con, "SELECT DISTINCT trace_id FROM tool_calls", int(first[0]))
+        _recount(con, "SELECT DISTINCT trace_id FROM tool_calls", Reach.at(int(first[0])))
 
 
 def _model_calls(con: duckdb.DuckDBPyConnection, touched: str, lo: int) -> tuple[int, int]:
@@ -72,22 +69,24 @@ def _model_calls(con: duckdb.DuckDBPyConnection, touched: str, lo: int) -> tuple
     return (int(found[0]), int(found[1])) if found else (0, 0)
 
 
-def _recount(con: duckdb.DuckDBPyConnection, touched: str, lo: int) -> None:
-    """Recount the tool calls of the ``touched`` traces that start at ``lo`` or later.
+def _recount(con: duckdb.DuckDBPyConnection, touched: str, reach: Reach) -> None:
+    """Recount the tool calls of the ``touched`` traces that start where ``reach`` says or later.
 
     Tool calls go in with ``later_llm_calls = 0`` and the other columns null, which is what a
     trace without model calls counts to: when none of the touched traces has one (tool spans
     that arrive apart from their model calls, an MCP server's own spans), one small query
     finds that and the two recounts are skipped; the read-by-read one only runs when some
-    trace needs it.
+    trace needs it. Each UPDATE is bounded on its own table too: the rows to set are found by a
+    join, and without a bound of its own DuckDB read the whole table to find them.
     """
+    calls, read_by_read = _model_calls(con, touched, reach.so_far.lo)
+    if not calls:
+        return
+    lo = reach.lo
     scope = f"""touched AS ({touched}),
         special AS (SELECT DISTINCT trace_id FROM llm_calls
                     WHERE start_ns >= {lo} AND trace_id IN (SELECT trace_id FROM touched)
                       AND {_COUNTED_READ_BY_READ})"""
-    calls, read_by_read = _model_calls(con, touched, lo)
-    if not calls:
-        return
     con.execute(
         f"""
         UPDATE tool_calls SET {_SET} FROM (
@@ -103,7 +102,8 @@ def _recount(con: duckdb.DuckDBPyConnection, touched: str, lo: int) -> None:
                    NULL::BOOLEAN AS written, NULL::BIGINT AS cleared_at, NULL::VARCHAR AS cleared_by, l.model
             FROM c ASOF LEFT JOIN l ON c.trace_id = l.trace_id AND l.start_ns >= c.end_ns
         ) AS n
-        WHERE tool_calls.trace_id = n.trace_id AND tool_calls.span_id = n.span_id AND {_CHANGED}
+        WHERE tool_calls.start_ns >= {lo} AND tool_calls.trace_id = n.trace_id AND tool_calls.span_id = n.span_id
+          AND {_CHANGED}
         """
     )
     if not read_by_read:
@@ -145,6 +145,7 @@ def _recount(con: duckdb.DuckDBPyConnection, touched: str, lo: int) -> None:
                    n.model
             FROM c LEFT JOIN n ON n.trace_id = c.trace_id AND n.span_id = c.span_id
         ) AS n
-        WHERE tool_calls.trace_id = n.trace_id AND tool_calls.span_id = n.span_id AND {_CHANGED}
+        WHERE tool_calls.start_ns >= {lo} AND tool_calls.trace_id = n.trace_id AND tool_calls.span_id = n.span_id
+          AND {_CHANGED}
         """
     )

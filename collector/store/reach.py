@@ -1,0 +1,132 @@
+"""How far back in the store the traces of a batch reach: the lower time bound of a write's reads.
+
+A write reads the stored rows of the traces it touches: it recounts their window cost, pairs
+their model calls, joins their views to their calls. A trace's earlier rows may lie anywhere
+within ``TRACE_HORIZON_NS`` before the batch, so bounding those reads by the horizon made every
+write read a day of rows: more the higher the rate, whatever the traces. :class:`Reach` first
+finds where the touched traces' stored rows begin, with one narrow read (the trace and time
+columns of the last day), and the reads after it start there: for the traces of an agent run
+of minutes, the last minutes of the store.
+
+The bound is a constant in the SQL (DuckDB skips the row groups that end before it by their
+min/max time; a subquery would not let it), and a plain comparison: ``t >= lo OR t IS NULL``
+made DuckDB read every row group. Rows stored with no time (by a version that did not keep
+one) are looked at too, as before, in a store that holds any: found by the column statistics
+(no row is read), and then every read keeps the horizon and the ``IS NULL``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from collector.store.batch import Batch
+
+TRACE_HORIZON_NS = 24 * 3600 * 10**9
+"""How far before a batch's earliest span a stored row of its traces is still read by its write
+(its window cost recounted, its model calls paired, its view joined). Agent runs last minutes,
+not days; rows of a trace older than this are left as they are."""
+
+_TIMED = (("tool_calls", "start_ns"), ("llm_calls", "start_ns"), ("message_views", "llm_start_ns"))
+"""The tables whose rows place a trace in time, with their time column (a payload's time is its call's)."""
+
+_TIMELESS = " OR ".join(
+    f"EXISTS (SELECT 1 FROM {table} WHERE {column} IS NULL)" for table, column in (*_TIMED, ("payloads", "start_ns"))
+)
+_FIRST = """
+    WITH touched AS (SELECT DISTINCT unnest(?::VARCHAR[]) AS trace_id)
+    SELECT {timeless}, least({firsts})"""
+
+
+class Reach:
+    """The lower bound of a write's reads of the stored rows of ``traces()``, the batch's traces.
+
+    ``first_ns``: the earliest time of the batch's own rows (None: none has one, and no stored
+    row is too old). Found at the first use (a write that reads no stored rows of its traces
+    does not pay for it), then kept for the rest of the write.
+    """
+
+    def __init__(
+        self, con: duckdb.DuckDBPyConnection, traces: Callable[[], Iterable[str]], first_ns: int | None
+    ) -> None:
+        self._con = con
+        self._traces = traces
+        self.first_ns = first_ns
+        self.horizon = first_ns - TRACE_HORIZON_NS if first_ns is not None else -(2**63)
+        """The earliest time a row of the batch's traces may have to be read at all."""
+        self._found: tuple[int, bool] | None = None
+
+    @classmethod
+    def of(cls, con: duckdb.DuckDBPyConnection, batch: Batch, tables: Sequence[pa.Table]) -> Reach:
+        """Where the traces of ``batch`` begin (``tables``: its tool and model calls, as Arrow):
+        every trace a write reads the stored rows of is one of its rows' traces."""
+        firsts = [pc.min(table.column("start_ns")).as_py() for table in tables]
+        firsts += [r.get("llm_start_ns") for r in batch.message_rows]
+        known = [int(t) for t in firsts if t is not None]
+
+        def traces() -> set[str]:
+            found = {t for table in tables for t in pc.unique(table.column("trace_id")).to_pylist()}
+            return found | {r["trace_id"] for r in batch.message_rows} | set(batch.join_traces)
+
+        return cls(con, traces, min(known) if known else None)
+
+    @classmethod
+    def at(cls, lo: int, timeless: bool = False) -> Reach:
+        """A bound known already: ``lo``; ``timeless``: rows with no time are read too."""
+        reach = cls.__new__(cls)
+        reach.first_ns, reach.horizon, reach._found = lo, lo, (lo, timeless)
+        return reach
+
+    @property
+    def so_far(self) -> Reach:
+        """This bound when found already, else the horizon (rows with no time read too, as the
+        store may hold some): for a read that asks whether there is anything to read at all,
+        which the bound is not worth finding for (a batch of tool calls of traces whose model
+        calls are written apart, where the answer is no)."""
+        return self if self._found is not None else Reach.at(self.horizon, timeless=True)
+
+    def find(self) -> Reach:
+        """Find the bound now (a read that only asks whether there is anything to read then uses it)."""
+        self._find()
+        return self
+
+    def _find(self) -> tuple[int, bool]:
+        if self._found is None:
+            traces = sorted(set(self._traces()))
+            if self.first_ns is None or not traces:  # no time to bound by: every row, as before
+                self._found = (self.horizon, True)
+            else:
+                firsts = ", ".join(
+                    f"(SELECT min({column}) FROM {table} WHERE {column} >= {self.horizon} "
+                    f"AND trace_id IN (SELECT trace_id FROM touched))"
+                    for table, column in _TIMED
+                )
+                row = self._con.execute(_FIRST.format(timeless=_TIMELESS, firsts=firsts), [traces]).fetchone()
+                timeless, stored = (bool(row[0]), row[1]) if row else (False, None)
+                lo = self.horizon if timeless else self.first_ns if stored is None else min(self.first_ns, int(stored))
+                self._found = (lo, timeless)
+        return self._found
+
+    @property
+    def lo(self) -> int:
+        """No stored row of the batch's traces that a write reads starts before this."""
+        return self._find()[0]
+
+    def since(self, column: str) -> str:
+        """SQL: ``column`` (a time) at :attr:`lo` or later, or, in a store holding rows with no
+        time, none."""
+        lo, timeless = self._find()
+        return f"({column} >= {lo} OR {column} IS NULL)" if timeless else f"{column} >= {lo}"
+
+    def __getitem__(self, column: str) -> str:
+        """:meth:`since`, for the ``{since[column]}`` fields of a query template (:func:`since_field`)."""
+        return self.since(column)
+
+
+def since_field(column: str) -> str:
+    """A field of a query template that :meth:`Reach.since` fills in at each write:
+    ``template.format(since=reach)``."""
+    return "{since[" + column + "]}"
