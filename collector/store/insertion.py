@@ -151,12 +151,11 @@ def _insert_tool_rows(
     # can when no row of the batch is a tool span with a call id: the query is skipped)
     ids, origins = rows.column("tool_call_id"), rows.column("origin")
     span = start_span(rows)
-    if pc.any(pc.and_(pc.is_valid(ids), pc.not_equal(origins, "messages"))).as_py():
-        high = int(span[1]) if span is not None else 0
+    high = int(span[1]) if span is not None else 0
+    derived = f"d.origin = 'messages' AND d.start_ns BETWEEN {reach.so_far.lo} AND {high + TRACE_HORIZON_NS}"
+    if pc.any(pc.and_(pc.is_valid(ids), pc.not_equal(origins, "messages"))).as_py() and _any(con, derived):
         gone = con.execute(
-            f"""SELECT d.trace_id, d.span_id FROM tool_calls d WHERE d.origin = 'messages'
-               -- a trace's calls lie where it begins or later: DuckDB skips row groups by start_ns
-               AND d.start_ns BETWEEN {reach.so_far.lo} AND {high + TRACE_HORIZON_NS}
+            f"""SELECT d.trace_id, d.span_id FROM tool_calls d WHERE {derived}
                AND d.trace_id IN (SELECT trace_id FROM tool_batch WHERE tool_call_id IS NOT NULL)
                AND EXISTS (SELECT 1 FROM tool_batch b
                            WHERE b.trace_id = d.trace_id AND b.tool_call_id = d.tool_call_id AND b.origin <> 'messages')"""
@@ -166,6 +165,14 @@ def _insert_tool_rows(
     added = insert_new(con, "tool_calls", "tool_batch", ("trace_id", "span_id"), "tool_calls" in keyed, _TOOL_ROW,
                        fresh=fresh, margin_ns=margin_ns, within=span)  # fmt: skip
     return added - min(_merge_nested(con, span), added) if span is not None else added
+
+
+def _any(con: duckdb.DuckDBPyConnection, where: str) -> bool:
+    """Whether a stored tool call ``d`` matches ``where``: a check DuckDB answers from the row
+    groups' min/max values alone when none can (a call derived from the messages, in a store
+    whose tool spans carry their results), before a join that reads the batch."""
+    row = con.execute(f"SELECT EXISTS (SELECT 1 FROM tool_calls d WHERE {where})").fetchone()
+    return bool(row and row[0])
 
 
 # One call recorded by two tool spans of the same name: a span directly inside another (a tool

@@ -513,3 +513,25 @@ def test_a_store_is_written_in_the_format_whose_checkpoints_reuse_unchanged_meta
     write(fresh, 1)
     assert _storage_version(fresh) == f"{STORAGE_VERSION}+"
     assert compact_file(fresh, always=True) and _storage_version(fresh) == f"{STORAGE_VERSION}+"
+
+
+def test_a_write_is_in_the_file_itself_when_it_commits(tmp_path: Path) -> None:
+    """A receiver holds the file over several writes; each one is checkpointed as it commits, so
+    a writer killed before letting go leaves no log to replay, and readers that come next find
+    every row in the file."""
+    from collector.config import CollectorConfig
+    from collector.decode.request import JSON, decode_traces
+    from collector.dialects.spans import classify
+    from collector.model import Item
+    from collector.pipeline import Pipeline
+
+    db = str(tmp_path / "held.duckdb")
+    pipeline = Pipeline(CollectorConfig(db=db))
+    log = Path(db + ".wal")
+    with pipeline.store.holding():
+        for first in (1, 3):
+            spans = decode_traces(_tool_spans(first, first + 1), JSON, "otlp").spans
+            pipeline.write(pipeline.build_batch([Item(classify(s.name, s.attributes), s) for s in spans]))
+            assert not log.exists() or log.stat().st_size == 0
+    with read_connection(db) as con:
+        assert con.execute("SELECT count(*) FROM tool_calls").fetchone() == (4,)
