@@ -117,20 +117,19 @@ def _register(con: duckdb.DuckDBPyConnection, name: str, rows: list[dict[str, An
 def _insert_rows(
     con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]] | pa.Table, keys: tuple[str, ...],
     keyed: frozenset[str], fresh: bool = False, by_start: bool = False, margin_ns: int = 0,
-    time_column: str = "start_ns", reach: Reach | None = None,
+    time_column: str = "start_ns", lower_ns: int | None = None,
 ) -> int:  # fmt: skip
     """Insert ``rows`` not stored yet (see :func:`insert_new`); with ``by_start``, compared with the
     stored rows near them in ``time_column`` only, when every row has a time (a row with none
-    could repeat a stored row of any time): no earlier than ``reach`` when given (the rows'
-    traces begin there), else than ``margin_ns`` before the rows."""
+    could repeat a stored row of any time): no earlier than ``lower_ns`` when given (where the
+    rows' traces begin), else than ``margin_ns`` before the rows."""
     name = f"{table}_batch"
     arrow = rows if isinstance(rows, pa.Table) else columns.table_of(rows, columns.TABLES[table])
     within = start_span(arrow, time_column) if by_start and arrow.column(time_column).null_count == 0 else None
     con.register(name, arrow)
     try:
         return insert_new(con, table, name, keys, table in keyed, fresh=fresh, margin_ns=margin_ns,
-                          within=within, time_column=time_column,
-                          lower_ns=reach.lo if reach is not None and within is not None else None)  # fmt: skip
+                          within=within, time_column=time_column, lower_ns=lower_ns)  # fmt: skip
     finally:
         con.unregister(name)
 
@@ -337,7 +336,11 @@ def insert_batch(
     registered: list[str] = []
     tool_table = batch.arrow("tool_calls")
     llm_table = columns.table_of(batch.llm_rows, columns.LLM_CALLS) if batch.llm_rows else None
-    reach = Reach.of(con, batch, [t for t in (tool_table, llm_table) if t is not None])
+    starts = tool_table.column("start_ns").to_pylist() if tool_table is not None else []
+    starts += [r.get("start_ns") for r in batch.llm_rows]
+    known = [int(s) for s in starts if s is not None]
+    times = known + [int(r["llm_start_ns"]) for r in batch.message_rows if r.get("llm_start_ns") is not None]
+    reach = Reach.of(con, batch, [t for t in (tool_table, llm_table) if t is not None], min(times, default=None))
     if llm_table is not None or batch.message_rows:
         reach.find()  # its model calls and views need it: the reads of its tool calls use it too
     # how far off a repeat of the batch's calls (and so of their payloads) may be stored
@@ -348,13 +351,9 @@ def insert_batch(
     if llm_table is not None:
         llms = _insert_llm_rows(con, llm_table, keyed, reach)
         registered.append("llm_batch")
-    starts = tool_table.column("start_ns").to_pylist() if tool_table is not None else []
-    starts += [r.get("start_ns") for r in batch.llm_rows]
-    if registered:
-        known = [int(s) for s in starts if s is not None]
-        if known:
-            update_later_llm_calls(con, registered, reach)
-            _invalidate_rollups(con, known)
+    if registered and known:
+        update_later_llm_calls(con, registered, reach)
+        _invalidate_rollups(con, known)
     for name in registered:
         con.unregister(name)
     payload_table = batch.arrow("payloads")
@@ -367,7 +366,7 @@ def insert_batch(
     # other row groups by their time)
     if batch.message_rows:
         _insert_rows(con, "message_views", batch.message_rows, ("trace_id", "tool_call_id"), keyed, by_start=True,
-                     margin_ns=TRACE_HORIZON_NS, time_column="llm_start_ns", reach=reach)  # fmt: skip
+                     margin_ns=TRACE_HORIZON_NS, time_column="llm_start_ns", lower_ns=reach.lo)  # fmt: skip
     if batch.name_rows:
         _insert_rows(con, "tool_call_names", batch.name_rows, ("trace_id", "tool_call_id"), keyed, by_start=True,
                      margin_ns=TRACE_HORIZON_NS, time_column="asked_ns")  # fmt: skip

@@ -50,35 +50,37 @@ class Reach:
     """
 
     def __init__(
-        self, con: duckdb.DuckDBPyConnection, traces: Callable[[], Iterable[str]], first_ns: int | None
+        self,
+        con: duckdb.DuckDBPyConnection | None,
+        traces: Callable[[], Iterable[str]],
+        first_ns: int | None,
+        found: tuple[int, bool] | None = None,
     ) -> None:
         self._con = con
         self._traces = traces
         self.first_ns = first_ns
         self.horizon = first_ns - TRACE_HORIZON_NS if first_ns is not None else -(2**63)
         """The earliest time a row of the batch's traces may have to be read at all."""
-        self._found: tuple[int, bool] | None = None
+        self._found = found
 
     @classmethod
-    def of(cls, con: duckdb.DuckDBPyConnection, batch: Batch, tables: Sequence[pa.Table]) -> Reach:
-        """Where the traces of ``batch`` begin (``tables``: its tool and model calls, as Arrow):
-        every trace a write reads the stored rows of is one of its rows' traces."""
-        firsts = [pc.min(table.column("start_ns")).as_py() for table in tables]
-        firsts += [r.get("llm_start_ns") for r in batch.message_rows]
-        known = [int(t) for t in firsts if t is not None]
+    def of(
+        cls, con: duckdb.DuckDBPyConnection, batch: Batch, tables: Sequence[pa.Table], first_ns: int | None
+    ) -> Reach:
+        """Where the traces of ``batch`` begin (``tables``: its tool and model calls, as Arrow;
+        ``first_ns``: the earliest time of its rows): every trace a write reads the stored rows of
+        is one of its rows' traces."""
 
         def traces() -> set[str]:
             found = {t for table in tables for t in pc.unique(table.column("trace_id")).to_pylist()}
             return found | {r["trace_id"] for r in batch.message_rows} | set(batch.join_traces)
 
-        return cls(con, traces, min(known) if known else None)
+        return cls(con, traces, first_ns)
 
     @classmethod
     def at(cls, lo: int, timeless: bool = False) -> Reach:
         """A bound known already: ``lo``; ``timeless``: rows with no time are read too."""
-        reach = cls.__new__(cls)
-        reach.first_ns, reach.horizon, reach._found = lo, lo, (lo, timeless)
-        return reach
+        return cls(None, tuple, lo + TRACE_HORIZON_NS, found=(lo, timeless))
 
     @property
     def so_far(self) -> Reach:
@@ -104,6 +106,7 @@ class Reach:
                     f"AND trace_id IN (SELECT trace_id FROM touched))"
                     for table, column in _TIMED
                 )
+                assert self._con is not None  # a bound made with `at` is found already
                 row = self._con.execute(_FIRST.format(timeless=_TIMELESS, firsts=firsts), [traces]).fetchone()
                 timeless, stored = (bool(row[0]), row[1]) if row else (False, None)
                 lo = self.horizon if timeless else self.first_ns if stored is None else min(self.first_ns, int(stored))
