@@ -36,6 +36,13 @@ class ViewJoins:
     def __init__(self, pipeline: Pipeline) -> None:
         self.pipeline = pipeline
 
+    def of_write(self, result: WriteResult) -> int:
+        """Write the joins a write found (``result``; called inside its transaction); returns the tool
+        calls added (derived from the messages), counted by the caller once the write commits."""
+        if result.pending_joins:
+            self.late_views(result.pending_joins)
+        return self.conversation(result)[1] if result.unclaimed_views else 0
+
     def late_views(self, pending: list[dict[str, Any]], drop: list[tuple[str, str]] | None = None) -> int:
         """Measure the view of tool calls whose response reached the model in a later batch.
 
@@ -92,12 +99,13 @@ class ViewJoins:
         self.pipeline.store.replace_tool_rows(rows, late.payload_rows, drop or [])
         return len(rows)
 
-    def conversation(self, result: WriteResult) -> int:
+    def conversation(self, result: WriteResult) -> tuple[int, int]:
         """Join id-less tool calls to the model's input by the conversation, and record as tool calls the
-        tool responses that no tool span stands for (``origin = 'messages'``). Returns rows changed."""
+        tool responses that no tool span stands for (``origin = 'messages'``). Returns (rows changed,
+        of which tool calls added), counted by the caller once the write's transaction commits."""
         views = result.unclaimed_views
         if not views:
-            return 0
+            return 0, 0
         offered = [matching.Offered(v["trace_id"], v["tool_call_id"], v["tool_name"], v["llm_start_ns"] or 0,
                                     v["position"] or 0, self._view_bytes(v) or b"") for v in views]  # fmt: skip
         calls = [matching.Call(i, r["trace_id"], r["tool_name"], r["start_ns"], r["end_ns"], self._stored_raw(r))
@@ -133,9 +141,8 @@ class ViewJoins:
         derived = [v for v in views if (v["trace_id"], v["tool_call_id"]) not in claimed
                    and (v["trace_id"], v["tool_name"]) not in waiting and v["llm_start_ns"] is not None
                    and not v.get("derived_span_id")]  # fmt: skip
-        if derived:
-            changed += self._derive(derived)
-        return changed
+        added = self._derive(derived) if derived else 0
+        return changed + added, added
 
     def _derive(self, views: list[dict[str, Any]]) -> int:
         """Tool calls recorded from the messages alone: raw and view are what the application passed back."""
@@ -158,10 +165,7 @@ class ViewJoins:
             row["view_source"] = "message"
             self.pipeline._store_payloads(row, payloads, batch)
             batch.tool_rows.append(row)
-        result = self.pipeline.store.write(batch)
-        with self.pipeline.lock:
-            self.pipeline.counters.tool_calls_written += result.tool_calls
-        return result.tool_calls
+        return self.pipeline.store.write(batch).tool_calls
 
     def _view_bytes(self, v: dict[str, Any]) -> bytes | None:
         if v.get("inline") is not None:

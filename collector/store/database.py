@@ -163,6 +163,9 @@ class Store:
         """File writes tried again skipping stored keys (a batch that held one; see :meth:`write`)."""
         self._keyed: frozenset[str] | None = frozenset() if self.lake is not None else None
         """The batch tables with a primary key in this file (read at its first write; see schema.sql)."""
+        self._within = threading.local()
+        """``con``: the connection of this thread's transaction under way, which the writes made
+        from inside it join (a batch's joins, see :meth:`write`)."""
         if self.lake is not None:
             return
         parent = os.path.dirname(os.path.abspath(self.path))
@@ -231,7 +234,11 @@ class Store:
             raise
 
     def _transaction(self, work: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:
-        """Run ``work(con)`` in one transaction: once on a file, retried on a lake."""
+        """Run ``work(con)`` in one transaction: once on a file, retried on a lake; inside the
+        transaction this thread has under way when there is one (see :meth:`write`)."""
+        current = getattr(self._within, "con", None)
+        if current is not None:
+            return work(current)
         if self.lake is not None:
             return self._lake_transaction(work)
         con, held = self._open()
@@ -240,7 +247,7 @@ class Store:
             if not self._schema_ready:
                 create_or_upgrade(con)
                 self._schema_ready = True
-            with transaction(con):
+            with transaction(con), self._inside(con):
                 result = work(con)
             ok = True
             return result
@@ -253,6 +260,14 @@ class Store:
                 # a failed write may leave the connection unusable: the next one opens afresh
                 self._release(ok)
 
+    @contextlib.contextmanager
+    def _inside(self, con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+        self._within.con = con
+        try:
+            yield
+        finally:
+            self._within.con = None
+
     def _lake_transaction(self, work: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:
         assert self.lake is not None
         delay = 0.05
@@ -260,7 +275,7 @@ class Store:
             con: duckdb.DuckDBPyConnection | None = None
             try:
                 con = _lake_connect(self.path, create=True, stop=self.stop)
-                with transaction(con):
+                with transaction(con), self._inside(con):
                     return work(con)
             except WriteAbandoned:
                 raise
@@ -334,8 +349,10 @@ class Store:
 
         return self._transaction(rollup.refresh)
 
-    def write(self, batch: Batch) -> WriteResult:
-        """Insert ``batch`` in one transaction.
+    def write(self, batch: Batch, then: Callable[[WriteResult], None] | None = None) -> WriteResult:
+        """Insert ``batch`` in one transaction; ``then(result)`` runs in it after the insert (the
+        joins the batch made possible: its writes, through this store, join the transaction, so
+        the batch and its joins are committed together, with one checkpoint).
 
         Raises:
             RejectedRows: the store refused a value of the batch (a constraint, a conversion, a
@@ -344,7 +361,7 @@ class Store:
             WriteAbandoned: :attr:`stop` was set while the write waited to retry.
         """
         try:
-            return self._write(batch)
+            return self._write(batch, then)
         except WriteAbandoned:
             raise
         except StoreError as e:
@@ -357,19 +374,22 @@ class Store:
         except _UNBUILDABLE as e:  # a value the batch's Arrow tables cannot hold
             raise RejectedRows(f"cannot build the rows of a batch for {self.display}: {type(e).__name__}: {e}") from e
 
-    def _write(self, batch: Batch) -> WriteResult:
+    def _write(self, batch: Batch, then: Callable[[WriteResult], None] | None) -> WriteResult:
         if self.lake is None:
             # a batch rarely holds a key that is stored already, so it first goes in as new (a plain
             # INSERT: see insertion.insert_batch); one that does (a span sent twice, a spool
             # replayed) fails on it, is rolled back, and goes in again skipping what is stored
             def insert(con: duckdb.DuckDBPyConnection, fresh: bool) -> WriteResult:
                 result = insertion.insert_batch(con, batch, lake=False, fresh=fresh, keyed=self.keyed(con))
-                # checkpointed as it commits unless a write of the joins it found follows: that
-                # one changes rows this one wrote, which the next checkpoint would write again
-                # (bench_flush.py --views was 5-15 % slower)
-                checkpoint_at_commit(con, not (result.pending_joins or result.unclaimed_views))
+                checkpoint_at_commit(con, True)
+                if then is not None:
+                    then(result)
                 return result
 
+            if getattr(self._within, "con", None) is not None:
+                # written from inside another write (its joins): a stored key must not end that
+                # whole transaction, so stored keys are skipped from the start
+                return self._transaction(lambda con: insert(con, False))
             try:
                 return self._transaction(lambda con: insert(con, True))
             except StoreError as e:
@@ -386,6 +406,8 @@ class Store:
                 # an earlier try committed before its answer was lost: count it, write nothing
                 return WriteResult(int(done[0] or 0), int(done[1] or 0), 0)
             result = insertion.insert_batch(con, batch, lake=True)
+            if then is not None:
+                then(result)
             con.execute(
                 "INSERT INTO committed_batches VALUES (?, ?, now()::TIMESTAMP, ?, ?)",
                 [batch.commit_id, (batch.stats or {}).get("collector_id"), result.tool_calls, result.llm_calls],

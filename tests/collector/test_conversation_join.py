@@ -113,6 +113,44 @@ def test_calls_derived_from_messages_give_way_to_a_later_tool_span(provider_with
     ]
 
 
+def test_a_batch_and_the_calls_derived_from_it_are_committed_together(provider_with, db_path: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The call derived from a model call's messages is written in the same transaction as the model
+    call: when writing it fails, neither is stored (no model call left without its tool call), and
+    when it succeeds the derived call is counted once, as written."""
+    from collector.joins import ViewJoins
+
+    messages = json.dumps([
+        {"role": "assistant", "parts": [{"type": "tool_call", "id": "call_1", "name": "get_status", "arguments": {}}]},
+        {"role": "tool", "parts": [{"type": "tool_call_response", "id": "call_1", "response": "shipped"}]},
+    ])  # fmt: skip
+    derive = ViewJoins._derive
+
+    def broken(self, views):  # type: ignore[no-untyped-def]
+        derive(self, views)  # the derived call is written, then the write fails
+        raise RuntimeError("the derived calls could not be written")
+
+    monkeypatch.setattr(ViewJoins, "_derive", broken)
+    provider, processor = provider_with(flush_interval=3600)
+    tracer = provider.get_tracer("agent")
+    with tracer.start_as_current_span("chat gpt-4o", attributes={"gen_ai.operation.name": "chat",
+                                                                 "gen_ai.input.messages": messages}):  # fmt: skip
+        pass
+    processor.force_flush()
+    with read_connection(db_path) as con:
+        assert con.execute("SELECT (SELECT count(*) FROM llm_calls), (SELECT count(*) FROM tool_calls)").fetchone() == (
+            0,
+            0,
+        )
+
+    monkeypatch.setattr(ViewJoins, "_derive", derive)
+    with tracer.start_as_current_span("chat gpt-4o", attributes={"gen_ai.operation.name": "chat",
+                                                                 "gen_ai.input.messages": messages}):  # fmt: skip
+        pass
+    assert processor.force_flush()
+    assert rows(db_path, "tool_call_id, origin") == [("call_1", "messages")]
+    assert processor.counters["tool_calls_written"] == 1
+
+
 def test_a_derived_call_gives_way_to_a_tool_span_that_began_hours_before_it(provider_with, db_path: str) -> None:  # type: ignore[no-untyped-def]
     """The derived call is dated by the model call that read the response; the tool span, arriving
     after it, began two hours before (a long-running tool): the write still finds and replaces it."""
