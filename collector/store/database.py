@@ -70,6 +70,7 @@ from collector.store.connection import (
 )
 from collector.store.reach import TRACE_HORIZON_NS
 from collector.store.schema import create_or_upgrade, lake_schema_sql, schema_sql
+from collector.store.starts import TraceStarts
 from collector.store.windowcost import recount_all_later_llm_calls
 
 # Names callers have always imported from here; they live in the modules above.
@@ -164,8 +165,9 @@ class Store:
         self._keyed: frozenset[str] | None = frozenset() if self.lake is not None else None
         """The batch tables with a primary key in this file (read at its first write; see schema.sql)."""
         self._within = threading.local()
-        """``con``: the connection of this thread's transaction under way, which the writes made
-        from inside it join (a batch's joins, see :meth:`write`)."""
+        """``con``: this thread's transaction under way, which writes made inside it join (see :meth:`write`)."""
+        self._starts = TraceStarts(self.path) if self.lake is None else None
+        """Where the file's traces begin, kept from this store's own writes (see :mod:`.starts`)."""
         if self.lake is not None:
             return
         parent = os.path.dirname(os.path.abspath(self.path))
@@ -247,7 +249,7 @@ class Store:
             if not self._schema_ready:
                 create_or_upgrade(con)
                 self._schema_ready = True
-            with transaction(con), self._inside(con):
+            with self._inside(con), transaction(con):
                 result = work(con)
             ok = True
             return result
@@ -264,7 +266,8 @@ class Store:
     def _inside(self, con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         self._within.con = con
         try:
-            yield
+            with self._starts.around(con) if self._starts is not None else contextlib.nullcontext():
+                yield
         finally:
             self._within.con = None
 
@@ -275,7 +278,7 @@ class Store:
             con: duckdb.DuckDBPyConnection | None = None
             try:
                 con = _lake_connect(self.path, create=True, stop=self.stop)
-                with transaction(con), self._inside(con):
+                with self._inside(con), transaction(con):
                     return work(con)
             except WriteAbandoned:
                 raise
@@ -380,7 +383,7 @@ class Store:
             # INSERT: see insertion.insert_batch); one that does (a span sent twice, a spool
             # replayed) fails on it, is rolled back, and goes in again skipping what is stored
             def insert(con: duckdb.DuckDBPyConnection, fresh: bool) -> WriteResult:
-                result = insertion.insert_batch(con, batch, lake=False, fresh=fresh, keyed=self.keyed(con))
+                result = insertion.insert_batch(con, batch, False, fresh, self.keyed(con), self._starts)
                 checkpoint_at_commit(con, True)
                 if then is not None:
                     then(result)

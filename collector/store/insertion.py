@@ -23,6 +23,7 @@ from collector.store import columns, naming, rollup
 from collector.store.batch import Batch, WriteResult
 from collector.store.pairing import joins
 from collector.store.reach import TRACE_HORIZON_NS, Reach, since_field
+from collector.store.starts import TraceStarts, firsts_of
 from collector.store.windowcost import update_later_llm_calls
 
 _WITH_START_TIME = "*, make_timestamp(start_ns // 1000) AS start_time"
@@ -317,11 +318,13 @@ def _invalidate_rollups(con: duckdb.DuckDBPyConnection, starts: Sequence[int | N
 
 
 def insert_batch(
-    con: duckdb.DuckDBPyConnection, batch: Batch, lake: bool, fresh: bool = False, keyed: frozenset[str] | None = None
-) -> WriteResult:
+    con: duckdb.DuckDBPyConnection, batch: Batch, lake: bool, fresh: bool = False, keyed: frozenset[str] | None = None,
+    trace_starts: TraceStarts | None = None,
+) -> WriteResult:  # fmt: skip
     """Insert ``batch`` (in the caller's transaction); returns what went in and what may join now.
 
     ``keyed``: the batch tables that have a primary key (default: none on a lake, all on a file).
+    ``trace_starts``: where the store's traces begin, kept by its writer (see :mod:`.starts`).
 
     ``fresh``: the batch's tool calls and payloads are taken to be new. Into a keyed table they
     go with a plain ``INSERT``, which checks the keys about 2.5x faster than ``INSERT OR IGNORE``
@@ -340,7 +343,8 @@ def insert_batch(
     starts += [r.get("start_ns") for r in batch.llm_rows]
     known = [int(s) for s in starts if s is not None]
     times = known + [int(r["llm_start_ns"]) for r in batch.message_rows if r.get("llm_start_ns") is not None]
-    reach = Reach.of(con, batch, [t for t in (tool_table, llm_table) if t is not None], min(times, default=None))
+    tables = [t for t in (tool_table, llm_table) if t is not None]
+    reach = Reach.of(con, batch, tables, min(times, default=None), trace_starts)
     if llm_table is not None or batch.message_rows:
         reach.find()  # its model calls and views need it: the reads of its tool calls use it too
     # how far off a repeat of the batch's calls (and so of their payloads) may be stored
@@ -377,6 +381,8 @@ def insert_batch(
         con.unregister("issue_batch")
     written = WriteResult(tools, llms, batch.tool_count - tools + len(batch.llm_rows) - llms)
     _record_counters(con, batch, lake, written)
+    if trace_starts is not None and trace_starts.keeping:
+        trace_starts.note(*firsts_of(tables, batch.message_rows))
     if not batch.join_traces:
         return written
     return joins(con, written, batch.join_traces, reach)

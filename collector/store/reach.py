@@ -24,18 +24,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.store.batch import Batch
+from collector.store.starts import TIMED, TIMELESS, TraceStarts
 
 TRACE_HORIZON_NS = 24 * 3600 * 10**9
 """How far before a batch's earliest span a stored row of its traces is still read by its write
 (its window cost recounted, its model calls paired, its view joined). Agent runs last minutes,
 not days; rows of a trace older than this are left as they are."""
 
-_TIMED = (("tool_calls", "start_ns"), ("llm_calls", "start_ns"), ("message_views", "llm_start_ns"))
-"""The tables whose rows place a trace in time, with their time column (a payload's time is its call's)."""
-
-_TIMELESS = " OR ".join(
-    f"EXISTS (SELECT 1 FROM {table} WHERE {column} IS NULL)" for table, column in (*_TIMED, ("payloads", "start_ns"))
-)
 _FIRST = """
     WITH touched AS (SELECT DISTINCT unnest(?::VARCHAR[]) AS trace_id)
     SELECT {timeless}, least({firsts})"""
@@ -55,9 +50,12 @@ class Reach:
         traces: Callable[[], Iterable[str]],
         first_ns: int | None,
         found: tuple[int, bool] | None = None,
+        starts: TraceStarts | None = None,
     ) -> None:
         self._con = con
         self._traces = traces
+        self._starts = starts
+        """Where the store's traces begin, kept by its writer (a file store): looked up, not read."""
         self.first_ns = first_ns
         self.horizon = first_ns - TRACE_HORIZON_NS if first_ns is not None else -(2**63)
         """The earliest time a row of the batch's traces may have to be read at all."""
@@ -65,7 +63,12 @@ class Reach:
 
     @classmethod
     def of(
-        cls, con: duckdb.DuckDBPyConnection, batch: Batch, tables: Sequence[pa.Table], first_ns: int | None
+        cls,
+        con: duckdb.DuckDBPyConnection,
+        batch: Batch,
+        tables: Sequence[pa.Table],
+        first_ns: int | None,
+        starts: TraceStarts | None = None,
     ) -> Reach:
         """Where the traces of ``batch`` begin (``tables``: its tool and model calls, as Arrow;
         ``first_ns``: the earliest time of its rows): every trace a write reads the stored rows of
@@ -75,7 +78,7 @@ class Reach:
             found = {t for table in tables for t in pc.unique(table.column("trace_id")).to_pylist()}
             return found | {r["trace_id"] for r in batch.message_rows} | set(batch.join_traces)
 
-        return cls(con, traces, first_ns)
+        return cls(con, traces, first_ns, starts=starts)
 
     @classmethod
     def at(cls, lo: int, timeless: bool = False) -> Reach:
@@ -101,17 +104,30 @@ class Reach:
             if self.first_ns is None or not traces:  # no time to bound by: every row, as before
                 self._found = (self.horizon, True)
             else:
-                firsts = ", ".join(
-                    f"(SELECT min({column}) FROM {table} WHERE {column} >= {self.horizon} "
-                    f"AND trace_id IN (SELECT trace_id FROM touched))"
-                    for table, column in _TIMED
-                )
                 assert self._con is not None  # a bound made with `at` is found already
-                row = self._con.execute(_FIRST.format(timeless=_TIMELESS, firsts=firsts), [traces]).fetchone()
-                timeless, stored = (bool(row[0]), row[1]) if row else (False, None)
-                lo = self.horizon if timeless else self.first_ns if stored is None else min(self.first_ns, int(stored))
-                self._found = (lo, timeless)
+                self._found = self._kept(self._con, self.first_ns, traces) or self._read(
+                    self._con, self.first_ns, traces
+                )
         return self._found
+
+    def _kept(self, con: duckdb.DuckDBPyConnection, first_ns: int, traces: list[str]) -> tuple[int, bool] | None:
+        """The bound from the writer's map of where traces begin; None when there is none or it cannot
+        say (the store holds rows with no time, among others: then :meth:`_read` keeps the horizon)."""
+        if self._starts is None:
+            return None
+        known, stored = self._starts.first(con, traces, self.horizon)
+        return (first_ns if stored is None else min(first_ns, stored), False) if known else None
+
+    def _read(self, con: duckdb.DuckDBPyConnection, first_ns: int, traces: list[str]) -> tuple[int, bool]:
+        """The bound from one narrow read of the last day (see the module's docstring)."""
+        firsts = ", ".join(
+            f"(SELECT min({column}) FROM {table} WHERE {column} >= {self.horizon} "
+            f"AND trace_id IN (SELECT trace_id FROM touched))"
+            for table, column in TIMED
+        )
+        row = con.execute(_FIRST.format(timeless=TIMELESS, firsts=firsts), [traces]).fetchone()
+        timeless, stored = (bool(row[0]), row[1]) if row else (False, None)
+        return (self.horizon if timeless else first_ns if stored is None else min(first_ns, int(stored))), timeless
 
     @property
     def lo(self) -> int:

@@ -113,3 +113,43 @@ def test_a_view_stored_without_a_time_by_an_earlier_version_still_joins(provider
     assert rows(db_path, "SELECT view_source, view_bytes FROM tool_calls WHERE tool_call_id = 'call_2'") == [
         ("message", len(shown))
     ]
+
+
+def test_a_row_another_writer_stored_between_two_writes_is_read(provider_with, db_path: str) -> None:  # type: ignore[no-untyped-def]
+    """The writer keeps where each trace begins from its own writes; another process writing the
+    same file in between (here a second collector) stores an earlier tool call of a trace this
+    writer knows. Its next write still recounts that call: read by both model calls."""
+    provider_a, processor_a = provider_with(flush_interval=3600)
+    provider_b, processor_b = provider_with(flush_interval=3600)
+    a, b = Agent(provider_a, processor_a), Agent(provider_b, processor_b)
+    now = time.time_ns()
+    run = a.run(now - 5 * HOUR)
+    a.chat(run, now - 4 * HOUR)
+    a.flush()  # this writer now knows the trace from four hours ago
+    b.tool(run, "call_3", now - 5 * HOUR, "rows " * 300)  # the other: a call an hour earlier
+    b.flush()
+    a.chat(run, now)
+    run.end(end_time=now + 10**9)
+    a.flush()
+    assert rows(db_path, "SELECT later_llm_calls FROM tool_calls WHERE tool_call_id = 'call_3'") == [(2,)]
+
+
+def test_past_the_traces_it_keeps_a_writer_reads_where_traces_begin(provider_with, db_path: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A day of more traces than the writer keeps: writes find where their traces begin with a
+    read, with the same result."""
+    from collector.store import starts
+
+    monkeypatch.setattr(starts, "MAX_TRACES", 2)
+    provider, processor = provider_with(flush_interval=3600)
+    agent = Agent(provider, processor)
+    now = time.time_ns()
+    run = agent.run(now - 5 * HOUR)
+    agent.tool(run, "call_4", now - 5 * HOUR, "cells " * 300)
+    agent.flush()
+    agent.others(now - 4 * HOUR, now - 3 * HOUR, now - 2 * HOUR)
+    agent.chat(run, now - HOUR)
+    agent.flush()
+    agent.chat(run, now)
+    run.end(end_time=now + 10**9)
+    agent.flush()
+    assert rows(db_path, "SELECT later_llm_calls FROM tool_calls WHERE tool_call_id = 'call_4'") == [(2,)]
