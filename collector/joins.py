@@ -4,8 +4,8 @@ The tool span and the LLM call that read its result often end in different batch
 LLM call takes seconds): the store hands back, with each write, the stored tool calls of
 the traces it touched whose view has now arrived (``pending_joins``), and the model's tool
 responses no call id claims (``unclaimed_views``). :class:`ViewJoins` measures those views
-and replaces the rows; responses that no tool span stands for become tool calls of their
-own (``origin = 'messages'``).
+and replaces the rows, inside the write's own transaction; responses that no tool span stands
+for become tool calls of their own (``origin = 'messages'``).
 """
 
 from __future__ import annotations

@@ -169,8 +169,8 @@ class Receiver:
         self._recover(progress)
 
     def start_background_work(self) -> None:
-        """Start the measuring processes now, not at the first large batch, and write the spool's
-        spares, both in the background (a long-running ``serve``)."""
+        """Start the measuring processes now, not at the first large batch, write the spool's spares
+        and import what the first write needs, all in the background (a long-running ``serve``)."""
         self._processes.start()
         threading.Thread(target=self.spool.prepare_spares, name="toolmeter-spool-spares", daemon=True).start()
         threading.Thread(target=_warm_up_writes, name="toolmeter-writer-warm-up", daemon=True).start()

@@ -105,8 +105,7 @@ _UNBUILDABLE = (pa.ArrowException, OverflowError, TypeError)
 LAKE_COMMIT_ATTEMPTS = 8
 """Tries of one lake commit before :meth:`Store.write` gives the batch back to its caller."""
 HOLD_MAX_S = 1.0
-"""Longest a writer keeps the file open across writes (:meth:`Store.holding`): then it closes
-it after the write in hand, so a reader waiting for the lock gets in."""
+"""Longest a writer keeps the file open across writes (:meth:`Store.holding`) before it lets a reader in."""
 WRITE_THREADS = 1
 """DuckDB threads of a file store's write connection. A batch's insert and commit gain little
 from more, and the measuring processes want every other core: on two cores, one thread took a
@@ -166,8 +165,7 @@ class Store:
         """The batch tables with a primary key in this file (read at its first write; see schema.sql)."""
         self._within = threading.local()
         """``con``: this thread's transaction under way, which writes made inside it join (see :meth:`write`)."""
-        self._starts = TraceStarts(self.path) if self.lake is None else None
-        """Where the file's traces begin, kept from this store's own writes (see :mod:`.starts`)."""
+        self._starts = TraceStarts(self.path) if self.lake is None else None  # where its traces begin
         if self.lake is not None:
             return
         parent = os.path.dirname(os.path.abspath(self.path))
@@ -383,7 +381,9 @@ class Store:
             # INSERT: see insertion.insert_batch); one that does (a span sent twice, a spool
             # replayed) fails on it, is rolled back, and goes in again skipping what is stored
             def insert(con: duckdb.DuckDBPyConnection, fresh: bool) -> WriteResult:
-                result = insertion.insert_batch(con, batch, False, fresh, self.keyed(con), self._starts)
+                result = insertion.insert_batch(
+                    con, batch, lake=False, fresh=fresh, keyed=self.keyed(con), trace_starts=self._starts
+                )
                 checkpoint_at_commit(con, True)
                 if then is not None:
                     then(result)
