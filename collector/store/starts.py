@@ -28,8 +28,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 MAX_TRACES = 500_000
-"""Traces kept at most (~150 bytes each): past it (a day of millions of calls in short runs), the
-writer stops keeping the map and finds where its traces begin with a read, as without one."""
+"""Traces kept at most (~150 bytes each): past it the map is read again, the last day's traces only;
+a day of more (millions of calls in short runs) and the writer keeps none: it finds where its
+traces begin with a read, as without the map."""
 
 _FIRSTS = pa.schema([("trace_id", pa.string()), ("t", pa.int64())])
 TIMED = (("tool_calls", "start_ns"), ("llm_calls", "start_ns"), ("message_views", "llm_start_ns"))
@@ -74,9 +75,9 @@ class TraceStarts:
         """One write transaction on ``con``: the map is dropped when the file is not as this writer
         left it; what the transaction noted is kept once it commits."""
         with self._lock:
-            self._depth += 1
-            if self._depth == 1 and self._first is not None and self._mark(con) != self._left:
+            if self._depth == 0 and self._first is not None and not self._as_left(con):
                 self._first = None
+            self._depth += 1
         committed = False
         try:
             yield
@@ -104,6 +105,12 @@ class TraceStarts:
             self._left = self._mark(con)  # after the commit, while the file is still attached
         except duckdb.Error:
             self._first, self._left = None, None
+
+    def _as_left(self, con: duckdb.DuckDBPyConnection) -> bool:
+        try:
+            return self._mark(con) == self._left
+        except duckdb.Error:  # the write that follows fails too; the map is read again after it
+            return False
 
     def _mark(self, con: duckdb.DuckDBPyConnection) -> tuple[object, ...]:
         """The file as it is: its and its log's size, time and inode, and the tables' row counts."""

@@ -153,3 +153,37 @@ def test_past_the_traces_it_keeps_a_writer_reads_where_traces_begin(provider_wit
     run.end(end_time=now + 10**9)
     agent.flush()
     assert rows(db_path, "SELECT later_llm_calls FROM tool_calls WHERE tool_call_id = 'call_4'") == [(2,)]
+
+
+def test_a_failed_look_at_the_file_leaves_the_map_checked_at_the_next_write(
+    provider_with, db_path: str, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The look at how the file was left fails once (as a broken connection would): that write
+    still goes in, and the writes after it still notice another writer's rows."""
+    from collector.store.starts import TraceStarts
+
+    provider_a, processor_a = provider_with(flush_interval=3600)
+    provider_b, processor_b = provider_with(flush_interval=3600)
+    a, b = Agent(provider_a, processor_a), Agent(provider_b, processor_b)
+    now = time.time_ns()
+    run = a.run(now - 5 * HOUR)
+    a.chat(run, now - 4 * HOUR)
+    a.flush()
+    mark, failures = TraceStarts._mark, [1]
+
+    def failing(self, con):  # type: ignore[no-untyped-def]
+        if failures:
+            failures.pop()
+            raise duckdb.ConnectionException("connection lost")
+        return mark(self, con)
+
+    monkeypatch.setattr(TraceStarts, "_mark", failing)
+    a.chat(run, now - 3 * HOUR)
+    a.flush()
+    b.tool(run, "call_5", now - 5 * HOUR, "rows " * 300)
+    b.flush()
+    a.chat(run, now)
+    run.end(end_time=now + 10**9)
+    a.flush()
+    assert rows(db_path, "SELECT count(*) FROM llm_calls") == [(3,)]
+    assert rows(db_path, "SELECT later_llm_calls FROM tool_calls WHERE tool_call_id = 'call_5'") == [(3,)]
