@@ -109,7 +109,7 @@ class TraceStarts:
     def _as_left(self, con: duckdb.DuckDBPyConnection) -> bool:
         try:
             return self._mark(con) == self._left
-        except duckdb.Error:  # the write that follows fails too; the map is read again after it
+        except duckdb.Error:  # cannot tell: taken as changed, so the map is read again when next needed
             return False
 
     def _mark(self, con: duckdb.DuckDBPyConnection) -> tuple[object, ...]:
