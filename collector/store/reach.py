@@ -4,15 +4,16 @@ A write reads the stored rows of the traces it touches: it recounts their window
 their model calls, joins their views to their calls. A trace's earlier rows may lie anywhere
 within ``TRACE_HORIZON_NS`` before the batch, so bounding those reads by the horizon made every
 write read a day of rows: more the higher the rate, whatever the traces. :class:`Reach` first
-finds where the touched traces' stored rows begin, with one narrow read (the trace and time
-columns of the last day), and the reads after it start there: for the traces of an agent run
-of minutes, the last minutes of the store.
+finds where the touched traces' stored rows begin, and the reads after it start there: for the
+traces of an agent run of minutes, the last minutes of the store. A file store's writer looks
+that up in what it keeps (:mod:`collector.store.starts`); a lake, or a writer that cannot say,
+finds it with one narrow read (the trace and time columns of the last day).
 
 The bound is a constant in the SQL (DuckDB skips the row groups that end before it by their
 min/max time; a subquery would not let it), and a plain comparison: ``t >= lo OR t IS NULL``
 made DuckDB read every row group. Rows stored with no time (by a version that did not keep
-one) are looked at too, as before, in a store that holds any: found by the column statistics
-(no row is read), and then every read keeps the horizon and the ``IS NULL``.
+one) are looked at too, as before, in a store that holds any, and then every read keeps the
+horizon and the ``IS NULL``.
 """
 
 from __future__ import annotations
