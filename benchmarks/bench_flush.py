@@ -11,6 +11,12 @@ one made with the primary keys the large tables had before, and for a DuckLake w
 DuckDB catalog file and its data beside it (``--layouts``; the lake is not in the default:
 a lake write commits a catalog snapshot and a Parquet file per table, ~10x a file's cost).
 
+Each size shows two figures: the median of the three writes around it (one write), and the
+mean of the ten around it (what a write costs over time). DuckDB's checkpoint merges the row
+groups the writes leave every few writes, and a write that merges costs 2-3x one that does not
+(31-33 against 164-168 ms of commit for 5,000 calls, BENCHMARKS.md): three writes can hold one
+merge or two, ten hold their share.
+
 Usage: ``python benchmarks/bench_flush.py [--batch 5000] [--calls 1000000]``
 """
 
@@ -106,27 +112,31 @@ def main() -> None:
                     cpu = time.process_time()
                 costs.append((time.perf_counter() - t0) / args.batch * 1e6)
                 closing.append((time.process_time() - cpu) / args.batch * 1e6)
-            # three writes around each mark: one is noisy
+            # three writes around each mark: one is noisy; ten: the row-group merges counted in
             results[layout] = ([statistics.median(costs[max(n - 1, 0) : n + 2]) for n in marks], _size(tmp),
-                               [statistics.median(closing[max(n - 1, 0) : n + 2]) for n in marks])  # fmt: skip
+                               [statistics.median(closing[max(n - 1, 0) : n + 2]) for n in marks],
+                               [statistics.mean(costs[max(n - 5, 0) : n + 5]) for n in marks])  # fmt: skip
             close_all()
     views = (
         f", each with a model call carrying the views of its run ({TOOLS_PER_TRACE} calls a run)" if args.views else ""
     )
     print(f"one write of {args.batch:,} small tool calls{views} (random trace ids, {args.every:g} s of span time apart) "
           "into one store, as it grows")  # fmt: skip
-    head = "".join(f" {layout + ': us/span':>20} {'vs baseline':>12} {'closing, CPU':>13}" for layout in results)
+    head = "".join(f" {layout + ': us/span':>20} {'vs baseline':>12} {'closing, CPU':>13} {'mean of 10':>11} {'vs':>6}"
+                   for layout in results)  # fmt: skip
     print(f"   {'calls stored before the write':>30}{head}")
     for i, n in enumerate(marks):
         cells = "".join(
-            f" {us[i]:>20.1f} {us[i] / us[0]:>11.2f}x {close[i]:>13.1f}" for us, _, close in results.values()
+            f" {us[i]:>20.1f} {us[i] / us[0]:>11.2f}x {close[i]:>13.1f} {mean[i]:>11.1f} {mean[i] / mean[0]:>5.2f}x"
+            for us, _, close, mean in results.values()
         )
         print(f"   {n * args.batch:>30,}{cells}{'  (baseline)' if i == 0 else ''}")
     print(
         "   store at the end: "
-        + ", ".join(f"{layout} {size / 1e6:,.0f} MB" for layout, (_, size, _) in results.items())
+        + ", ".join(f"{layout} {size / 1e6:,.0f} MB" for layout, (_, size, _, _) in results.items())
     )
     print("   closing, CPU: µs a call of this process's CPU while the file was closed after the write (its checkpoint)")
+    print("   mean of 10: µs a call over the ten writes around the size, the checkpoint's row-group merges counted in")
 
 
 if __name__ == "__main__":
