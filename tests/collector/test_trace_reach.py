@@ -115,17 +115,25 @@ def test_a_view_stored_without_a_time_by_an_earlier_version_still_joins(provider
     ]
 
 
-def test_a_row_another_writer_stored_between_two_writes_is_read(provider_with, db_path: str) -> None:  # type: ignore[no-untyped-def]
-    """The writer keeps where each trace begins from its own writes; another process writing the
-    same file in between (here a second collector) stores an earlier tool call of a trace this
-    writer knows. Its next write still recounts that call: read by both model calls."""
+def two_writers(provider_with) -> tuple[Agent, Agent, Span, int]:  # type: ignore[no-untyped-def]
+    """Two collectors on one file (a and b), and a trace begun five hours ago that a has written a
+    model call of, four hours ago: a now knows where the trace begins. Returns (a, b, the trace's
+    run span, now)."""
     provider_a, processor_a = provider_with(flush_interval=3600)
     provider_b, processor_b = provider_with(flush_interval=3600)
     a, b = Agent(provider_a, processor_a), Agent(provider_b, processor_b)
     now = time.time_ns()
     run = a.run(now - 5 * HOUR)
     a.chat(run, now - 4 * HOUR)
-    a.flush()  # this writer now knows the trace from four hours ago
+    a.flush()
+    return a, b, run, now
+
+
+def test_a_row_another_writer_stored_between_two_writes_is_read(provider_with, db_path: str) -> None:  # type: ignore[no-untyped-def]
+    """The writer keeps where each trace begins from its own writes; another process writing the
+    same file in between (here a second collector) stores an earlier tool call of a trace this
+    writer knows. Its next write still recounts that call: read by both model calls."""
+    a, b, run, now = two_writers(provider_with)
     b.tool(run, "call_3", now - 5 * HOUR, "rows " * 300)  # the other: a call an hour earlier
     b.flush()
     a.chat(run, now)
@@ -162,13 +170,7 @@ def test_a_failed_look_at_the_file_leaves_the_map_checked_at_the_next_write(
     still goes in, and the writes after it still notice another writer's rows."""
     from collector.store.starts import TraceStarts
 
-    provider_a, processor_a = provider_with(flush_interval=3600)
-    provider_b, processor_b = provider_with(flush_interval=3600)
-    a, b = Agent(provider_a, processor_a), Agent(provider_b, processor_b)
-    now = time.time_ns()
-    run = a.run(now - 5 * HOUR)
-    a.chat(run, now - 4 * HOUR)
-    a.flush()
+    a, b, run, now = two_writers(provider_with)
     mark, failures = TraceStarts._mark, [1]
 
     def failing(self, con):  # type: ignore[no-untyped-def]
