@@ -122,20 +122,16 @@ def _open_for_writing(path: str) -> duckdb.DuckDBPyConnection:
     return con
 
 
-CHECKPOINT_THRESHOLD = "16MiB"
-"""DuckDB's own ``checkpoint_threshold``: a commit that leaves less in the log than this writes
-its changes to the log, and the file is checkpointed when the writer lets go of it."""
-
-
-def checkpoint_at_commit(con: duckdb.DuckDBPyConnection, now: bool) -> None:
-    """Have the transaction under way checkpoint as it commits (``now``), or write to the log.
+def checkpoint_at_commit(con: duckdb.DuckDBPyConnection) -> None:
+    """Have the transaction under way checkpoint as it commits, not write to the log (with DuckDB's
+    own ``checkpoint_threshold``, 16 MiB, a small commit goes to the log).
 
     A write's rows otherwise go to the log at its commit and then, at the checkpoint when the
     writer lets go of the file, into the file again; DuckDB leaves the log out of a commit that
     checkpoints. A receiver's hold of three writes of 6,700 spans took 289-302 ms instead of
     327-344 (BENCHMARKS.md). A setting of the instance, so it stays as set for the thread's next
     transactions: each write sets it."""
-    con.execute(f"SET checkpoint_threshold = {sql_literal('0b' if now else CHECKPOINT_THRESHOLD)}")
+    con.execute("SET checkpoint_threshold = '0b'")
 
 
 def _attach(host: duckdb.DuckDBPyConnection, path: str) -> None:

@@ -384,7 +384,7 @@ class Store:
                 result = insertion.insert_batch(
                     con, batch, lake=False, fresh=fresh, keyed=self.keyed(con), trace_starts=self._starts
                 )
-                checkpoint_at_commit(con, True)
+                checkpoint_at_commit(con)
                 if then is not None:
                     then(result)
                 return result

@@ -61,7 +61,6 @@ class TraceStarts:
         self._timeless = False
         """The store holds rows with no time: the map cannot bound the reads (see reach.py)."""
         self._pending_timeless = False
-        self._depth = 0
         self._off = False
         """Set for good once the day held more than :data:`MAX_TRACES` traces."""
 
@@ -75,18 +74,15 @@ class TraceStarts:
         """One write transaction on ``con``: the map is dropped when the file is not as this writer
         left it; what the transaction noted is kept once it commits."""
         with self._lock:
-            if self._depth == 0 and self._first is not None and not self._as_left(con):
+            if self._first is not None and not self._as_left(con):
                 self._first = None
-            self._depth += 1
         committed = False
         try:
             yield
             committed = True
         finally:
             with self._lock:
-                self._depth -= 1
-                if self._depth == 0:
-                    self._close(con, committed)
+                self._close(con, committed)
 
     def _close(self, con: duckdb.DuckDBPyConnection, committed: bool) -> None:
         pending, self._pending = self._pending, {}
