@@ -40,8 +40,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_memory.py
 	$(BIN)/python benchmarks/bench_redact.py
 	$(BIN)/python benchmarks/bench_peers.py
-	$(BIN)/python benchmarks/bench_dashboard.py --calls 1000000
-	$(BIN)/python benchmarks/bench_dashboard.py --calls 10000000
+	$(BIN)/python benchmarks/bench_dashboard.py --calls 1000000,10000000
 	$(BIN)/python benchmarks/bench_lake.py
 	$(BIN)/python benchmarks/bench_windowcost.py
 
