@@ -40,9 +40,9 @@ def bucket_sql(x: str) -> str:
     return f"CASE WHEN {x} <= 0 THEN 0 ELSE ceil(ln({x}) / {_LN_GAMMA!r})::INTEGER + 1 END"
 
 
-def value_sql(bucket: str) -> str:
-    """SQL for the size a bucket stands for."""
-    return f"CASE WHEN {bucket} = 0 THEN 0.0 ELSE 2 * pow({GAMMA!r}, {bucket} - 1) / {GAMMA + 1!r} END"
+def value_of(bucket: int) -> float:
+    """The size a bucket stands for."""
+    return 0.0 if bucket == 0 else 2 * GAMMA ** (bucket - 1) / (GAMMA + 1)
 
 
 STATS_SELECT: Final = """

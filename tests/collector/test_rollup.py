@@ -8,7 +8,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from collector.config import CollectorConfig
@@ -145,3 +145,29 @@ def test_a_day_rolled_twice_by_two_writers_is_counted_once(samples: str, tmp_pat
         for table in ("tool_day_stats", "tool_day_buckets", "rollup_days"):  # as a second lake writer would
             con.execute(f"INSERT INTO {table} SELECT * REPLACE ('0' AS roll_id) FROM {table} WHERE day = '2026-11-12'")
         assert ranking(con, exact=False) == before
+
+
+@settings(max_examples=200, deadline=None)
+# a running count that ends exactly at a rank: the median of 5 calls is the third, in the second bucket
+@example(rows=[("a", "view_tokens", 10, 2), ("a", "view_tokens", 20, 3)])
+@given(st.lists(st.tuples(st.sampled_from(("a", "b")), st.sampled_from(rollup.METRICS), st.integers(0, 900),
+                          st.integers(1, 50)), min_size=1, max_size=60))  # fmt: skip
+def test_percentiles_read_from_histograms_are_quantile_cont_over_the_bucket_values(
+    rows: list[tuple[str, str, int, int]],
+) -> None:
+    """Each bucket stands for its value as many times as it holds calls: the percentile read from a
+    histogram is DuckDB's ``quantile_cont`` over those values (interpolated between two ranks)."""
+    from collector.query.ranking import _QUANTILES, _percentiles
+
+    merged: dict[tuple[str, str, int], int] = {}
+    for tool, metric, bucket, calls in rows:
+        merged[(tool, metric, bucket)] = merged.get((tool, metric, bucket), 0) + calls
+    histograms = sorted((t, m, b, c) for (t, m, b), c in merged.items())
+    estimates = _percentiles(histograms)
+    con = duckdb.connect()
+    for tool, metric in {(t, m) for t, m, _, _ in histograms}:
+        values = [rollup.value_of(b) for t, m, b, c in histograms if (t, m) == (tool, metric) for _ in range(c)]
+        (expected,) = con.execute("SELECT quantile_cont(v, ?) FROM (SELECT unnest(?::DOUBLE[]) AS v)",
+                                  [list(_QUANTILES), values]).fetchone()  # type: ignore[misc]  # fmt: skip
+        got = [estimates[tool][f"{metric}_q{int(q * 100)}"] for q in _QUANTILES]
+        assert got == pytest.approx(expected, rel=1e-12, abs=1e-12), (tool, metric)
