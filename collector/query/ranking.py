@@ -256,7 +256,7 @@ def _from_rollups(
                  "raw_bytes_sum", "window_cost")  # fmt: skip
     max_cols = ("budget_max", "view_tokens_max", "raw_tokens_max", "raw_bytes_max", "view_bytes_max")
     both = ", ".join((*stat_cols, *max_cols))
-    # a percentile is never above the largest size (a bucket stands for sizes up to 2 % above it)
+    # a percentile is never above the largest size (a bucket's value is up to 1 % above its sizes)
     picks = ", ".join(f"least(pv.{c}, st.{c.rsplit('_q', 1)[0]}_max) AS {c}" for c in _ESTIMATES)
     tools = sorted(estimates)
     sql = f"""

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from collector.config import CollectorConfig
 from collector.ingest import ingest_files
-from collector.query.ranking import Filters, ranking
+from collector.query.ranking import _QUANTILES, Filters, _percentiles, ranking
 from collector.store import rollup
 from collector.store.schema import schema_sql
 from tests.conftest import SAMPLE_TRACES
@@ -157,17 +157,15 @@ def test_percentiles_read_from_histograms_are_quantile_cont_over_the_bucket_valu
 ) -> None:
     """Each bucket stands for its value as many times as it holds calls: the percentile read from a
     histogram is DuckDB's ``quantile_cont`` over those values (interpolated between two ranks)."""
-    from collector.query.ranking import _QUANTILES, _percentiles
-
     merged: dict[tuple[str, str, int], int] = {}
     for tool, metric, bucket, calls in rows:
         merged[(tool, metric, bucket)] = merged.get((tool, metric, bucket), 0) + calls
     histograms = sorted((t, m, b, c) for (t, m, b), c in merged.items())
     estimates = _percentiles(histograms)
-    con = duckdb.connect()
-    for tool, metric in {(t, m) for t, m, _, _ in histograms}:
-        values = [rollup.value_of(b) for t, m, b, c in histograms if (t, m) == (tool, metric) for _ in range(c)]
-        (expected,) = con.execute("SELECT quantile_cont(v, ?) FROM (SELECT unnest(?::DOUBLE[]) AS v)",
-                                  [list(_QUANTILES), values]).fetchone()  # type: ignore[misc]  # fmt: skip
-        got = [estimates[tool][f"{metric}_q{int(q * 100)}"] for q in _QUANTILES]
-        assert got == pytest.approx(expected, rel=1e-12, abs=1e-12), (tool, metric)
+    with duckdb.connect() as con:
+        for tool, metric in {(t, m) for t, m, _, _ in histograms}:
+            values = [rollup.value_of(b) for t, m, b, c in histograms if (t, m) == (tool, metric) for _ in range(c)]
+            (expected,) = con.execute("SELECT quantile_cont(v, ?) FROM (SELECT unnest(?::DOUBLE[]) AS v)",
+                                      [list(_QUANTILES), values]).fetchone()  # type: ignore[misc]  # fmt: skip
+            got = [estimates[tool][f"{metric}_q{int(q * 100)}"] for q in _QUANTILES]
+            assert got == pytest.approx(expected, rel=1e-12, abs=1e-12), (tool, metric)
