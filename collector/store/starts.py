@@ -91,9 +91,7 @@ class TraceStarts:
             self._left = None
             return
         self._timeless = self._timeless or timeless
-        for trace, t in pending.items():
-            if t < self._first.get(trace, t + 1):
-                self._first[trace] = t
+        _keep_earliest(self._first, pending)
         if len(self._first) > MAX_TRACES:  # read again: the day's traces alone, if it holds few enough
             self._first, self._left = None, None
             return
@@ -148,9 +146,14 @@ class TraceStarts:
         no time (kept if its transaction commits)."""
         with self._lock:
             self._pending_timeless = self._pending_timeless or timeless
-            for trace, t in firsts.items():
-                if t < self._pending.get(trace, t + 1):
-                    self._pending[trace] = t
+            _keep_earliest(self._pending, firsts)
+
+
+def _keep_earliest(into: dict[str, int], firsts: Mapping[str, int]) -> None:
+    """Each trace of ``firsts`` in ``into`` with the earlier of its two times."""
+    for trace, t in firsts.items():
+        if t < into.get(trace, t + 1):
+            into[trace] = t
 
 
 def firsts_of(tables: list[pa.Table], views: list[dict[str, object]]) -> tuple[dict[str, int], bool]:
