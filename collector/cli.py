@@ -153,7 +153,11 @@ def _add_prune(sub: Any, db_default: str) -> None:
     p = sub.add_parser("prune", help="remove rows and payloads older than the retention; print what went")
     _store_arguments(p, db_default)
     _retention_arguments(p)
-    p.add_argument("--no-compact", action="store_true", help="do not rewrite a DuckDB file to give back freed space")
+    p.add_argument(
+        "--no-compact",
+        action="store_true",
+        help="do not rewrite a DuckDB file (to give back freed space, or to put its calls in full row groups)",
+    )
     p.set_defaults(func=cmd_prune)
 
 

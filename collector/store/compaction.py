@@ -17,7 +17,20 @@ from collector.store.extensions import sql_literal
 from collector.store.schema import schema_sql
 
 COMPACT_WHEN_FREE = 0.25
-"""Rewrite a DuckDB file (unless asked to always) when at least this share of it is free blocks."""
+"""Rewrite a DuckDB file when at least this share of it is free blocks."""
+SMALL_GROUP_ROWS = 65_536
+"""A row group of fewer rows than this is small. A writer adds its rows in groups of 8,192
+(:data:`collector.store.connection.ROW_GROUP_ROWS`: a write's checkpoint then rewrites little);
+a rewrite puts them in DuckDB's groups of 122,880. A query's first read of a table reads the
+metadata of each of its groups, and every scan checks each: the home page of a store of 10
+million calls in small groups took 0.101-0.115 s, and 0.076-0.082 once rewritten, a trace's
+replay 0.242-0.258 and 0.113-0.121 (``benchmarks/bench_dashboard.py``, BENCHMARKS.md)."""
+COMPACT_WHEN_SMALL = 0.25
+"""Rewrite a DuckDB file when at least this share of its tool calls are in small row groups (and
+there are :data:`MIN_SMALL_GROUPS` of them): at most a rewrite each time the store grows by a
+third, so its cost a call stays the same whatever the store's size."""
+MIN_SMALL_GROUPS = 64
+"""Fewer small row groups than this (half a million calls) are not worth a rewrite."""
 
 
 def checkpoint(store: str) -> None:
@@ -29,12 +42,15 @@ def checkpoint(store: str) -> None:
         con.close()
 
 
-def compact_file(store: str, always: bool = False) -> bool:
-    """Rewrite the DuckDB file without its free blocks (when they are a quarter of it or more,
-    when its large tables still have the primary keys of a file made before they were dropped,
-    or ``always``). The new file is made from the current schema and the rows copied into it, so
-    a rewrite also drops those keys (see ``schema.sql``). Needs the file to itself: not from
-    inside a process that writes to it."""
+def compact_file(store: str, reason: str | None = None) -> str | None:
+    """Rewrite the DuckDB file when it is worth it: returns why, or None when it was not.
+
+    Worth it when a quarter of the file or more is free blocks, when most of its tool calls
+    lie in small row groups (see :data:`SMALL_GROUP_ROWS`), when its large tables still have
+    the primary keys of a file made before they were dropped, or when ``reason`` is given. The
+    new file is made from the current schema and the rows copied into it, in DuckDB's full row
+    groups, so a rewrite also drops those keys (see ``schema.sql``). Needs the file to itself:
+    not from inside a process that writes to it."""
     con = connect(store, read_only=False, wait_s=0)
     try:
         con.execute("CHECKPOINT")
@@ -42,16 +58,26 @@ def compact_file(store: str, always: bool = False) -> bool:
             "SELECT total_blocks, free_blocks FROM pragma_database_size() WHERE database_name = current_database()"
         ).fetchone()
         keyed = con.execute(_LARGE_TABLE_KEYS).fetchone()
+        groups = con.execute(_GROUPS, [SMALL_GROUP_ROWS, SMALL_GROUP_ROWS]).fetchone() if reason is None else None
     finally:
         con.close()
-    sparse = bool(row and row[0] and row[1] / row[0] >= COMPACT_WHEN_FREE)
-    if not always and not sparse and not (keyed and keyed[0]):
-        return False
+    if reason is None:
+        reasons = []
+        if row and row[0] and row[1] / row[0] >= COMPACT_WHEN_FREE:
+            reasons.append(f"{row[1] / row[0]:.0%} of it was free blocks")
+        if groups and groups[0] >= MIN_SMALL_GROUPS and groups[2] >= COMPACT_WHEN_SMALL * groups[1]:
+            reasons.append(f"{groups[2] / groups[1]:.0%} of its tool calls were in {groups[0]:,} small row groups")
+        if keyed and keyed[0]:
+            reasons.append("its large tables had the primary keys of an older version")
+        if not reasons:
+            return None
+        reason = "; ".join(reasons)
     fresh = store + ".compact.tmp"
     if os.path.exists(fresh):
         os.remove(fresh)
     con = duckdb.connect()
     try:
+        con.execute("SET enable_progress_bar = false")  # DuckDB draws one on stderr for a statement over 2 s
         # the old file stays attached (and locked) until the new one has its name, so no
         # writer in another process can write to the old file in between
         con.execute(f"ATTACH {sql_literal(store)} AS old")  # ATTACH takes no parameters
@@ -74,8 +100,14 @@ def compact_file(store: str, always: bool = False) -> bool:
         raise StoreError(f"rewriting {store} failed (the store is unchanged): {e}") from e
     finally:
         con.close()
-    return True
+    return reason
 
+
+_GROUPS = """
+    SELECT count(*) FILTER (WHERE n < ?), coalesce(sum(n), 0), coalesce(sum(n) FILTER (WHERE n < ?), 0)
+    FROM (SELECT row_group_id, max(start + count) - min(start) AS n FROM pragma_storage_info('tool_calls')
+          WHERE column_id = 0 GROUP BY row_group_id)"""
+"""Of ``tool_calls``: its small row groups, its rows, and the rows in small row groups."""
 
 _LARGE_TABLE_KEYS = """
     SELECT count(*) FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY'

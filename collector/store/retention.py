@@ -75,7 +75,8 @@ class PruneSummary:
     size_before: int | None = None
     size_after: int | None = None
     file_bytes_after: int | None = None
-    compacted: bool = False
+    compacted: str | None = None
+    """Why the file was rewritten (None: it was not)."""
     capped: bool = False
     max_bytes: int | None = None
     """The size cap the run had to fit (None: none)."""
@@ -95,7 +96,7 @@ class PruneSummary:
             out.append("size not measured on a DuckLake: its catalog and data path hold it")
         elif self.size_before is not None:
             out.append(f"store {_mb(self.size_before)} -> {_mb(self.size_after)}"
-                       + (f" (file {_mb(self.file_bytes_after)}, rewritten)" if self.compacted else ""))  # fmt: skip
+                       + (f" (file {_mb(self.file_bytes_after)}, rewritten: {self.compacted})" if self.compacted else ""))  # fmt: skip
         if self.max_bytes is not None and self.size_after is not None and self.size_after > self.max_bytes:
             out.append(f"still over the size cap of {_mb(self.max_bytes)}: {self._why_over()}")
         return out
@@ -153,7 +154,7 @@ def prune(store: str, retention: Retention, *, now: datetime | None = None, comp
     _record(store, summary, now)
     if not lake:
         # last, after the record is written: a rewrite also takes in what the record added
-        summary.compacted = compact_file(store, always=summary.compacted) if compact else False
+        summary.compacted = compact_file(store, summary.compacted) if compact else None
         if not compact:
             checkpoint(store)
         after = _Sizes.of(store)
@@ -240,6 +241,9 @@ def _remove_unreferenced_blobs(store: str, summary: PruneSummary | None = None) 
     return files, removed
 
 
+_TO_FIT = "to measure what the size cap leaves"
+
+
 def _fit(store: str, summary: PruneSummary, max_bytes: int, compact: bool) -> None:
     """Remove the oldest payloads, then the oldest rows, a tenth at a time, until the store fits.
 
@@ -253,7 +257,7 @@ def _fit(store: str, summary: PruneSummary, max_bytes: int, compact: bool) -> No
     measured size fits.
     """
     if compact:
-        summary.compacted = compact_file(store, always=True)
+        summary.compacted = compact_file(store, _TO_FIT)
     base = _Sizes.of(store)
 
     def estimate() -> float:
@@ -268,12 +272,12 @@ def _fit(store: str, summary: PruneSummary, max_bytes: int, compact: bool) -> No
     if not compact:
         return
     if removed:  # else the rewrite above is the file as it stands
-        compact_file(store, always=True)
+        compact_file(store, _TO_FIT)
     # room for two blocks: the record of this run, and the file's metadata, written after
     limit = max_bytes - 2 * base.block
     for what in ("payloads", "rows"):
         while store_bytes(store) > limit and _remove_tenth(store, summary, what):
-            compact_file(store, always=True)
+            compact_file(store, _TO_FIT)
 
 
 @dataclass(frozen=True)

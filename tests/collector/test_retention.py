@@ -138,7 +138,7 @@ def test_a_size_cap_removes_the_oldest_payloads_then_rows_and_the_file_fits(fed:
     full = store_bytes(db)
     (tmp_path / "measure").mkdir()
     rewritten = _copy(fed, tmp_path / "measure")  # what the rows need, whatever the flushes that wrote them
-    compact_file(rewritten, always=True)
+    compact_file(rewritten, "for the test")
     sizes = _Sizes.of(rewritten)
     cap = store_bytes(rewritten) - (sizes.files + sizes.inline) // 2  # about half of the payloads must go
     summary = prune(db, Retention(rows=None, payloads=None, max_bytes=cap), now=NOW, compact=True)
@@ -253,3 +253,38 @@ def test_prune_rewrites_a_file_made_with_keys_without_them_and_keeps_every_row(t
     assert contents() == ((0,), counts, rank)
     again = ingest_files(samples[:1], CollectorConfig(db=db))  # the same spans again: skipped without keys too
     assert again.tool_calls == 0 and contents()[1] == counts
+
+
+def test_a_store_mostly_in_small_row_groups_is_rewritten_into_full_ones(fed: str, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import collector.store.compaction as compaction
+
+    db = _copy(fed, tmp_path)
+    compact_file(db, "no free blocks to begin with")
+    con = duckdb.connect()
+    # the calls again, 40 times over with span ids of their own, in small row groups
+    con.execute(f"ATTACH '{db}' AS s (ROW_GROUP_SIZE 2048)")
+    con.execute("CREATE TEMP TABLE once AS SELECT * FROM s.tool_calls")
+    con.execute(
+        "INSERT INTO s.tool_calls SELECT once.* REPLACE (span_id || '-' || k AS span_id) FROM once, range(40) r(k)"
+    )
+    con.close()
+
+    def groups() -> int:
+        with duckdb.connect(db, read_only=True) as c:
+            row = c.execute("SELECT count(DISTINCT row_group_id) FROM pragma_storage_info('tool_calls')").fetchone()
+            return int(row[0]) if row else 0
+
+    def rank() -> object:
+        with duckdb.connect(db, read_only=True) as c:
+            return ranking(c, Filters(), exact=True)
+
+    before = rank()
+    assert groups() >= 5
+    monkeypatch.setattr(compaction, "MIN_SMALL_GROUPS", 1000)
+    assert compact_file(db) is None, "too few small row groups to be worth a rewrite"
+    monkeypatch.setattr(compaction, "MIN_SMALL_GROUPS", 2)  # a writer's checkpoint merges them into groups of 8,192
+    summary = prune(db, Retention(rows=None, payloads=None), compact=True)
+    assert summary.compacted and "small row groups" in summary.compacted
+    assert "100% of its tool calls were in" in "\n".join(summary.lines())
+    assert groups() == 1 and rank() == before
+    assert compact_file(db) is None, "once rewritten, its groups are full"
