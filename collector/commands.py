@@ -106,7 +106,10 @@ def cmd_top(args: argparse.Namespace) -> int:
             f"{format_tokens(r['window_cost_tokens']):>11}"
         )
     if rows[0]["percentiles"] == "rollup":
-        print("\npercentiles: from daily rollups, within 1 % of exact (counts, maxima and rates are exact); --exact")
+        print(
+            "\npercentiles: from daily rollups, within 1 % of exact (counts, maxima and rates are exact); "
+            "--exact reads every call"
+        )
     if totals["dropped"] or totals["failed"]:
         print(
             f"\nnote: collectors dropped {totals['dropped']} and failed {totals['failed']} span(s); see collector_stats"

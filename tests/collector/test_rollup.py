@@ -128,7 +128,8 @@ def test_top_says_when_its_percentiles_come_from_rollups(samples: str, capsys: p
     from collector.cli import main
 
     assert main(["top", "--db", samples, "--rollups"]) == 0
-    assert "percentiles: from daily rollups, within 1 % of exact" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "percentiles: from daily rollups, within 1 % of exact" in out and "--exact reads every call" in out
     assert main(["top", "--db", samples]) == 0  # a small store: exact, and nothing to say
     assert "rollups" not in capsys.readouterr().out
     assert main(["top", "--db", samples, "--rollups", "--json"]) == 0
