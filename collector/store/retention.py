@@ -16,8 +16,9 @@ Rows go by their own start time, so every call that started after the cutoff kee
 figures, and rankings over the kept window do not change. Each run is recorded in
 ``retention_runs``, so the replay can say a payload was removed by retention rather than
 never stored. Deleting does not shrink a DuckDB file (freed blocks are reused by later
-writes); ``compact=True`` rewrites the file when a quarter of it is free, which needs the
-file to itself (``toolmeter prune``, not a running ``serve``).
+writes); ``compact=True`` rewrites the file when a quarter of it is free or a quarter of its
+calls lie in small row groups (:func:`collector.store.compaction.compact_file`), which needs the file
+to itself (``toolmeter prune``, not a running ``serve``).
 """
 
 from __future__ import annotations
