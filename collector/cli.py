@@ -128,6 +128,9 @@ def _add_serve(sub: Any, db_default: str) -> None:
     _retention_arguments(p)
     p.add_argument("--prune-every", default="1h", metavar="DURATION",
                    help="apply the retention this often, and once at start (default: %(default)s)")  # fmt: skip
+    p.add_argument("--no-compact", action="store_true",
+                   help="do not rewrite the DuckDB file when it is worth it (freed space, calls in small row "
+                        "groups); by default a retention run does, after five minutes without a request")  # fmt: skip
     p.set_defaults(func=cmd_serve)
 
 

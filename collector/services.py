@@ -126,6 +126,9 @@ def _serve_metrics(host: str, port: int) -> None:
     print(f"toolmeter metrics for Prometheus on http://{host}:{port}/metrics", flush=True)
 
 
+REWRITE_QUIET_S = 300.0
+"""``serve`` rewrites its file (freed space, calls in small row groups) only after this long without
+a request: writes wait in the spool meanwhile (31 s for 10 million calls, BENCHMARKS.md)."""
 SIGNAL_CHECK_S = 0.25
 """How often ``serve``'s main thread wakes to run a signal handler another thread received."""
 
@@ -185,11 +188,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from collector.store.retention import prune
 
     retention = retention_of(args)
-    # at start too; the file is not rewritten here (the receiver writes to it meanwhile):
-    # freed space is reused by later writes
+
+    def upkeep() -> list[str]:
+        lines = prune(config.db, retention).lines()
+        why = None if args.no_compact else running.receiver.rewrite_when_quiet(REWRITE_QUIET_S)
+        return lines + ([f"rewrote the file: {why}"] if why else [])
+
+    # at start too (before any request, so a restart is when a file gets rewritten)
     threading.Thread(
         target=_periodically, name="toolmeter-retention", daemon=True,
-        args=("retention", lambda: prune(config.db, retention).lines(), parse_duration(args.prune_every), stop, True),
+        args=("retention", upkeep, parse_duration(args.prune_every), stop, True),
     ).start()  # fmt: skip
     grpc_note = f", OTLP/gRPC on {rc.host}:{running.grpc_port}" if running.grpc_port else ""
     print(f"toolmeter receiving OTLP/HTTP on {running.url}{grpc_note}; store {redact(config.db)}", flush=True)

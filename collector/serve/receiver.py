@@ -25,6 +25,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from collector.serve import spool as S
 from collector.serve.exports import QueueFull
 from collector.serve.grpc_api import make_grpc_server
 from collector.serve.http_api import make_app
+from collector.store.compaction import compact_file
 from collector.store.database import Batch, read_progress
 from collector.store.lake import LakeSpec, is_lake, redact
 from collector.worker import BatchWorker
@@ -131,6 +133,8 @@ class Receiver:
             self.receiver_id = os.path.abspath(spool_dir)
         self.spool = S.Spool(spool_dir)
         self._abandoned = False
+        self._last_accept = -float("inf")
+        """When the last request was accepted (``time.monotonic``)."""
         self._prefetched: tuple[list[Record], Callable[[], Batch]] | None = None
         self._stored = (-1, -1)
         """The spool position of the last slice written (a retried batch skips up to it)."""
@@ -202,6 +206,7 @@ class Receiver:
         # queued by the spool once synced, in its order (see Spool.append): requests share syncs
         # and end them in any order, but a slice's progress is its last record's position
         self.spool.append(kind, body, lambda end: self._worker.put((*end, kind, body), len(body)))
+        self._last_accept = time.monotonic()
 
     @property
     def refused(self) -> int:
@@ -226,6 +231,19 @@ class Receiver:
     @paused.setter
     def paused(self, value: bool) -> None:
         self._worker.paused = value
+
+    def rewrite_when_quiet(self, quiet_s: float) -> str | None:
+        """Rewrite the store's file when worth it (:func:`compact_file`: freed space, calls in
+        small row groups) and no request came for ``quiet_s`` seconds, none waiting; returns why,
+        or None. Requests that come meanwhile are spooled and answered as ever, and written after
+        it; readers read the old file until the new one takes its name."""
+        if is_lake(self.config.db) or self._worker.queued or time.monotonic() - self._last_accept < quiet_s:
+            return None
+        self._worker.paused = True  # the batch being written, if any, ends; the rewrite waits for it
+        try:
+            return compact_file(self.config.db, wait_s=self.pipeline.store.lock_wait_s)
+        finally:
+            self._worker.paused = False
 
     # --- measuring (the worker thread) ------------------------------------------------------
 

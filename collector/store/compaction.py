@@ -42,16 +42,17 @@ def checkpoint(store: str) -> None:
         con.close()
 
 
-def compact_file(store: str, reason: str | None = None) -> str | None:
+def compact_file(store: str, reason: str | None = None, *, wait_s: float = 0) -> str | None:
     """Rewrite the DuckDB file when it is worth it: returns why, or None when it was not.
 
-    Worth it when a quarter of the file or more is free blocks, when most of its tool calls
-    lie in small row groups (see :data:`SMALL_GROUP_ROWS`), when its large tables still have
-    the primary keys of a file made before they were dropped, or when ``reason`` is given. The
-    new file is made from the current schema and the rows copied into it, in DuckDB's full row
-    groups, so a rewrite also drops those keys (see ``schema.sql``). Needs the file to itself:
-    not from inside a process that writes to it."""
-    con = connect(store, read_only=False, wait_s=0)
+    Worth it when a quarter of the file or more is free blocks, when a quarter or more of its
+    tool calls lie in small row groups (see :data:`SMALL_GROUP_ROWS`), when its large tables
+    still have the primary keys of a file made before they were dropped, or when ``reason`` is
+    given. The new file is made from the current schema and the rows copied into it, in DuckDB's
+    full row groups, so a rewrite also drops those keys (see ``schema.sql``). No writer may
+    write meanwhile (a held file is waited for up to ``wait_s`` seconds): readers read the old
+    file until the new one takes its name."""
+    con = connect(store, read_only=False, wait_s=wait_s)
     try:
         con.execute("CHECKPOINT")
         row = con.execute(
@@ -78,9 +79,9 @@ def compact_file(store: str, reason: str | None = None) -> str | None:
     con = duckdb.connect()
     try:
         con.execute("SET enable_progress_bar = false")  # DuckDB draws one on stderr for a statement over 2 s
-        # the old file stays attached (and locked) until the new one has its name, so no
-        # writer in another process can write to the old file in between
-        con.execute(f"ATTACH {sql_literal(store)} AS old")  # ATTACH takes no parameters
+        # the old file stays attached until the new one has its name: read-only, which lets
+        # readers in and keeps every writer out, so none writes to the old file in between
+        con.execute(f"ATTACH {sql_literal(store)} AS old (READ_ONLY)")  # ATTACH takes no parameters
         con.execute(f"ATTACH {sql_literal(fresh)} AS fresh (STORAGE_VERSION {sql_literal(STORAGE_VERSION)})")
         con.execute("USE fresh")
         con.execute(schema_sql())

@@ -17,8 +17,8 @@ figures, and rankings over the kept window do not change. Each run is recorded i
 ``retention_runs``, so the replay can say a payload was removed by retention rather than
 never stored. Deleting does not shrink a DuckDB file (freed blocks are reused by later
 writes); ``compact=True`` rewrites the file when a quarter of it is free or a quarter of its
-calls lie in small row groups (:func:`collector.store.compaction.compact_file`), which needs the file
-to itself (``toolmeter prune``, not a running ``serve``).
+calls lie in small row groups (:func:`collector.store.compaction.compact_file`); no writer may
+write meanwhile (``toolmeter prune``; a running ``serve`` pauses its writer for it when quiet).
 """
 
 from __future__ import annotations
@@ -112,7 +112,8 @@ class PruneSummary:
         elif not self.compacted:
             why.append(
                 "the file was not rewritten, and DuckDB gives back a block only once every row in it is gone "
-                "(`toolmeter prune` rewrites it, unless --no-compact; a running `serve` cannot)"
+                "(`toolmeter prune` rewrites it, unless --no-compact; a running `serve` only after five minutes without "
+                "a request)"
             )
         return "; ".join(why) or f"{self.calls_after:,} call(s) are left and could not be removed"
 

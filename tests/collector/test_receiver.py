@@ -456,3 +456,55 @@ def test_concurrent_requests_sharing_spool_syncs_are_all_written_and_progress_en
     spool = r.receiver.spool
     assert spool.syncs < 80  # requests shared syncs
     assert read_progress(db_path, r.receiver.receiver_id) == list(spool.replay(0, 0))[-1][:2]
+
+
+def test_serve_rewrites_its_file_when_quiet_and_goes_on_receiving(serve, db_path: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import threading
+    import time
+
+    import collector.store.compaction as compaction
+    import collector.store.connection as connection
+
+    monkeypatch.setattr(connection, "ROW_GROUP_ROWS", 2048)  # small groups after a few thousand calls
+    monkeypatch.setattr(compaction, "MIN_SMALL_GROUPS", 2)
+    r = serve(measure_processes=1)
+
+    def post(first: int, n: int) -> None:
+        spans = (tool(first + i, f"result {first + i}", trace=f"{first + i:032x}") for i in range(n))
+        body = json.dumps(otlp(*spans)).encode()
+        req = urllib.request.Request(f"{r.url}/v1/traces", data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            assert resp.status == 200
+
+    def groups() -> int:
+        with read_connection(db_path) as con:
+            row = con.execute("SELECT count(DISTINCT row_group_id) FROM pragma_storage_info('tool_calls')").fetchone()
+            return int(row[0]) if row else 0
+
+    for k in range(4):
+        post(k * 2000, 2000)
+        assert r.receiver.flush(60)
+    assert groups() >= 3
+    assert r.receiver.rewrite_when_quiet(3600) is None, "a request came a moment ago"
+    reads: list[object] = []
+    done = threading.Event()
+
+    def read_meanwhile() -> None:  # the dashboard's reads go on while the file is rewritten
+        while not done.is_set():
+            with read_connection(db_path) as con:
+                reads.append(con.execute("SELECT count(*) FROM tool_calls").fetchone())
+            time.sleep(0.005)
+
+    reader = threading.Thread(target=read_meanwhile)
+    reader.start()
+    try:
+        why = r.receiver.rewrite_when_quiet(0)
+    finally:
+        done.set()
+        reader.join()
+    assert why is not None and "small row groups" in why
+    assert groups() == 1 and reads and set(reads) == {(8000,)}
+    post(8000, 500)  # the writer goes on, into the new file
+    assert r.receiver.flush(60)
+    with read_connection(db_path) as con:
+        assert con.execute("SELECT count(*), count(DISTINCT span_id) FROM tool_calls").fetchone() == (8500, 8500)
