@@ -239,11 +239,11 @@ class Receiver:
         it; readers read the old file until the new one takes its name."""
         if is_lake(self.config.db) or self._worker.queued or time.monotonic() - self._last_accept < quiet_s:
             return None
-        self._worker.paused = True  # the batch being written, if any, ends; the rewrite waits for it
+        paused, self._worker.paused = self._worker.paused, True  # a batch being written ends; the rewrite waits
         try:
             return compact_file(self.config.db, wait_s=self.pipeline.store.lock_wait_s)
         finally:
-            self._worker.paused = False
+            self._worker.paused = paused
 
     # --- measuring (the worker thread) ------------------------------------------------------
 
