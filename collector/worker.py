@@ -105,7 +105,8 @@ class BatchWorker(Generic[T]):
         self._flushes = 0
         """Callers waiting in :meth:`flush`: no gathering while there are any."""
         self.paused = False
-        """While True the thread exports nothing (until shutdown); tests use it to fill the queue."""
+        """While True the thread exports nothing (until shutdown): the batch under way ends, items
+        queue up. A receiver pauses it to rewrite its file; tests, to fill the queue."""
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._wake = threading.Event()

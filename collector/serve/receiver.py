@@ -225,7 +225,7 @@ class Receiver:
 
     @property
     def paused(self) -> bool:
-        """While True nothing is written (tests use it to fill the queue)."""
+        """While True nothing is written (:meth:`rewrite_when_quiet` sets it; tests, to fill the queue)."""
         return self._worker.paused
 
     @paused.setter
@@ -239,11 +239,11 @@ class Receiver:
         it; readers read the old file until the new one takes its name."""
         if is_lake(self.config.db) or self._worker.queued or time.monotonic() - self._last_accept < quiet_s:
             return None
-        paused, self._worker.paused = self._worker.paused, True  # a batch being written ends; the rewrite waits
+        paused, self.paused = self.paused, True  # a batch being written ends; the rewrite waits for it
         try:
             return compact_file(self.config.db, wait_s=self.pipeline.store.lock_wait_s)
         finally:
-            self._worker.paused = paused
+            self.paused = paused
 
     # --- measuring (the worker thread) ------------------------------------------------------
 
