@@ -130,7 +130,7 @@ def _add_serve(sub: Any, db_default: str) -> None:
                    help="apply the retention this often, and once at start (default: %(default)s)")  # fmt: skip
     p.add_argument("--no-compact", action="store_true",
                    help="do not rewrite the DuckDB file when it is worth it (freed space, calls in small row "
-                        "groups); by default a retention run does, after five minutes without a request")  # fmt: skip
+                        "groups); by default a retention run does when the requests coming in meanwhile fit in the queue")  # fmt: skip
     p.set_defaults(func=cmd_serve)
 
 

@@ -126,9 +126,6 @@ def _serve_metrics(host: str, port: int) -> None:
     print(f"toolmeter metrics for Prometheus on http://{host}:{port}/metrics", flush=True)
 
 
-REWRITE_QUIET_S = 300.0
-"""``serve`` rewrites its file (freed space, calls in small row groups) only after this long without
-a request: writes wait in the spool meanwhile (31 s for 10 million calls, BENCHMARKS.md)."""
 SIGNAL_CHECK_S = 0.25
 """How often ``serve``'s main thread wakes to run a signal handler another thread received."""
 
@@ -191,8 +188,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     def upkeep() -> list[str]:
         lines = prune(config.db, retention).lines()
-        why = None if args.no_compact else running.receiver.rewrite_when_quiet(REWRITE_QUIET_S)
-        return lines + ([f"rewrote the file: {why}"] if why else [])
+        rewrite = None if args.no_compact else running.receiver.rewrite_when_light()
+        return lines + ([rewrite] if rewrite else [])
 
     # at start too (before any request, so a restart is when a file gets rewritten)
     threading.Thread(

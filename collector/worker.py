@@ -199,6 +199,12 @@ class BatchWorker(Generic[T]):
         return len(self._queue)
 
     @property
+    def queued_bytes(self) -> int:
+        """Bytes waiting (not counting the batch being exported)."""
+        with self._lock:
+            return self._queued_bytes()
+
+    @property
     def alive(self) -> bool:
         return self._thread.is_alive()
 

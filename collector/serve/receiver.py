@@ -42,7 +42,8 @@ from collector.serve import spool as S
 from collector.serve.exports import QueueFull
 from collector.serve.grpc_api import make_grpc_server
 from collector.serve.http_api import make_app
-from collector.store.compaction import compact_file
+from collector.serve.inflow import Inflow
+from collector.store.compaction import compact_file, rewrite_reason
 from collector.store.database import Batch, read_progress
 from collector.store.lake import LakeSpec, is_lake, redact
 from collector.worker import BatchWorker
@@ -66,6 +67,12 @@ MEASURE_AHEAD = 2
 """Slices of a batch being measured while one is written. With one, a worker that finished its
 share of the next slice waited for the write to end: a slice's shares take unequal times
 (results from 10 KB to megabytes), and the measuring processes idled about a fifth of the time."""
+REWRITE_BYTES_PER_S = 18e6
+"""What a rewrite of the file is taken to take, by its size: half what was measured while
+measuring processes were idle (a file of 10 million calls, 1,121 MB in 31 s; BENCHMARKS.md)."""
+REWRITE_QUEUE_SHARE = 0.5
+"""A rewrite starts only when the requests expected meanwhile fill at most this share of the
+queue: the rest is for a burst, and a full queue answers 503 (exporters retry)."""
 
 
 def slice_records(records: list[Record], size: int) -> list[list[Record]]:
@@ -133,8 +140,7 @@ class Receiver:
             self.receiver_id = os.path.abspath(spool_dir)
         self.spool = S.Spool(spool_dir)
         self._abandoned = False
-        self._last_accept = -float("inf")
-        """When the last request was accepted (``time.monotonic``)."""
+        self._inflow = Inflow()
         self._prefetched: tuple[list[Record], Callable[[], Batch]] | None = None
         self._stored = (-1, -1)
         """The spool position of the last slice written (a retried batch skips up to it)."""
@@ -206,7 +212,7 @@ class Receiver:
         # queued by the spool once synced, in its order (see Spool.append): requests share syncs
         # and end them in any order, but a slice's progress is its last record's position
         self.spool.append(kind, body, lambda end: self._worker.put((*end, kind, body), len(body)))
-        self._last_accept = time.monotonic()
+        self._inflow.note(len(body))
 
     @property
     def refused(self) -> int:
@@ -225,23 +231,39 @@ class Receiver:
 
     @property
     def paused(self) -> bool:
-        """While True nothing is written (:meth:`rewrite_when_quiet` sets it; tests, to fill the queue)."""
+        """While True nothing is written (:meth:`rewrite_when_light` sets it; tests, to fill the queue)."""
         return self._worker.paused
 
     @paused.setter
     def paused(self, value: bool) -> None:
         self._worker.paused = value
 
-    def rewrite_when_quiet(self, quiet_s: float) -> str | None:
-        """Rewrite the store's file when worth it (:func:`compact_file`: freed space, calls in
-        small row groups) and no request came for ``quiet_s`` seconds, none waiting; returns why,
-        or None. Requests that come meanwhile are spooled and answered as ever, and written after
-        it; readers read the old file until the new one takes its name."""
-        if is_lake(self.config.db) or self._worker.queued or time.monotonic() - self._last_accept < quiet_s:
+    def rewrite_when_light(self) -> str | None:
+        """Rewrite the store's file when worth it (:func:`rewrite_reason`: freed space, calls in
+        small row groups) and the requests coming in meanwhile fit in half the queue; returns what
+        was done or why not (for the log), None when the file needs nothing. Requests that come
+        meanwhile are spooled and answered as ever, and written after it; readers read the old file
+        until the new one takes its name."""
+        if is_lake(self.config.db):
             return None
-        paused, self.paused = self.paused, True  # a batch being written ends; the rewrite waits for it
+        db, wait_s = os.fspath(self.config.db), self.pipeline.store.lock_wait_s
+        paused, self.paused = self.paused, True  # a batch being written ends; the check waits for it
         try:
-            return compact_file(self.config.db, wait_s=self.pipeline.store.lock_wait_s)
+            why = rewrite_reason(db, wait_s=wait_s)
+            if why is None:
+                return None
+            took = os.path.getsize(db) / REWRITE_BYTES_PER_S
+            rate = self._inflow.rate()
+            coming = self._worker.queued_bytes + rate * took
+            if coming > REWRITE_QUEUE_SHARE * self.max_queued_bytes:
+                return (f"the file is worth rewriting ({why}), not now: requests come at {rate / 1e6:.2f} MB/s "
+                        f"(last five minutes) and would queue ~{coming / 2**20:,.0f} MiB in the ~{took:,.0f} s a "
+                        f"rewrite takes, over half the queue ({self.max_queued_bytes / 2**20:,.0f} MiB, "
+                        "TOOLMETER_MAX_QUEUED_BYTES); tried again at the next retention run, or stop the "
+                        "receiver and run `toolmeter prune`")  # fmt: skip
+            start = time.monotonic()
+            compact_file(db, why, wait_s=wait_s)
+            return f"rewrote the file in {time.monotonic() - start:,.1f} s: {why}"
         finally:
             self.paused = paused
 

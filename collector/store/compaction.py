@@ -33,25 +33,21 @@ MIN_SMALL_GROUPS = 64
 """Fewer small row groups than this (half a million calls) are not worth a rewrite."""
 
 
-def checkpoint(store: str) -> None:
+def checkpoint(store: str, *, wait_s: float = 0) -> None:
     """Write the store's log into the file (as a closing connection would)."""
-    con = connect(store, read_only=False)
+    con = connect(store, read_only=False, wait_s=wait_s)
     try:
         con.execute("CHECKPOINT")
     finally:
         con.close()
 
 
-def compact_file(store: str, reason: str | None = None, *, wait_s: float = 0) -> str | None:
-    """Rewrite the DuckDB file when it is worth it: returns why, or None when it was not.
-
-    Worth it when a quarter of the file or more is free blocks, when a quarter or more of its
-    tool calls lie in small row groups (see :data:`SMALL_GROUP_ROWS`), when its large tables
-    still have the primary keys of a file made before they were dropped, or when ``reason`` is
-    given. The new file is made from the current schema and the rows copied into it, in DuckDB's
-    full row groups, so a rewrite also drops those keys (see ``schema.sql``). No writer may
-    write meanwhile (a held file is waited for up to ``wait_s`` seconds): readers read the old
-    file until the new one takes its name."""
+def rewrite_reason(store: str, *, wait_s: float = 0) -> str | None:
+    """Why the DuckDB file is worth rewriting, or None: a quarter of it or more is free blocks, a
+    quarter or more of its tool calls lie in small row groups (see :data:`SMALL_GROUP_ROWS`), or
+    its large tables still have the primary keys of a file made before they were dropped. Opens
+    it for writing (its log is written into it first; a held file is waited for up to ``wait_s``
+    seconds)."""
     con = connect(store, read_only=False, wait_s=wait_s)
     try:
         con.execute("CHECKPOINT")
@@ -59,20 +55,33 @@ def compact_file(store: str, reason: str | None = None, *, wait_s: float = 0) ->
             "SELECT total_blocks, free_blocks FROM pragma_database_size() WHERE database_name = current_database()"
         ).fetchone()
         keyed = con.execute(_LARGE_TABLE_KEYS).fetchone()
-        groups = con.execute(_GROUPS, [SMALL_GROUP_ROWS, SMALL_GROUP_ROWS]).fetchone() if reason is None else None
+        groups = con.execute(_GROUPS, [SMALL_GROUP_ROWS, SMALL_GROUP_ROWS]).fetchone()
     finally:
         con.close()
+    reasons = []
+    if row and row[0] and row[1] / row[0] >= COMPACT_WHEN_FREE:
+        reasons.append(f"{row[1] / row[0]:.0%} of it was free blocks")
+    if groups and groups[0] >= MIN_SMALL_GROUPS and groups[2] >= COMPACT_WHEN_SMALL * groups[1]:
+        reasons.append(f"{groups[2] / groups[1]:.0%} of its tool calls were in {groups[0]:,} small row groups")
+    if keyed and keyed[0]:
+        reasons.append("its large tables had the primary keys of an older version")
+    return "; ".join(reasons) or None
+
+
+def compact_file(store: str, reason: str | None = None, *, wait_s: float = 0) -> str | None:
+    """Rewrite the DuckDB file when it is worth it (:func:`rewrite_reason`) or ``reason`` is given:
+    returns why, or None when it was not rewritten.
+
+    The new file is made from the current schema and the rows copied into it, in DuckDB's full
+    row groups, so a rewrite also drops old keys (see ``schema.sql``). No writer may write
+    meanwhile (a held file is waited for up to ``wait_s`` seconds): readers read the old file
+    until the new one takes its name."""
     if reason is None:
-        reasons = []
-        if row and row[0] and row[1] / row[0] >= COMPACT_WHEN_FREE:
-            reasons.append(f"{row[1] / row[0]:.0%} of it was free blocks")
-        if groups and groups[0] >= MIN_SMALL_GROUPS and groups[2] >= COMPACT_WHEN_SMALL * groups[1]:
-            reasons.append(f"{groups[2] / groups[1]:.0%} of its tool calls were in {groups[0]:,} small row groups")
-        if keyed and keyed[0]:
-            reasons.append("its large tables had the primary keys of an older version")
-        if not reasons:
+        reason = rewrite_reason(store, wait_s=wait_s)
+        if reason is None:
             return None
-        reason = "; ".join(reasons)
+    else:
+        checkpoint(store, wait_s=wait_s)  # what the log holds is in the file the rows are copied from
     fresh = store + ".compact.tmp"
     if os.path.exists(fresh):
         os.remove(fresh)

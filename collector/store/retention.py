@@ -18,7 +18,8 @@ figures, and rankings over the kept window do not change. Each run is recorded i
 never stored. Deleting does not shrink a DuckDB file (freed blocks are reused by later
 writes); ``compact=True`` rewrites the file when a quarter of it is free or a quarter of its
 calls lie in small row groups (:func:`collector.store.compaction.compact_file`); no writer may
-write meanwhile (``toolmeter prune``; a running ``serve`` pauses its writer for it when quiet).
+write meanwhile (``toolmeter prune``; a running ``serve`` pauses its writer for it when the load
+allows).
 """
 
 from __future__ import annotations
@@ -112,8 +113,8 @@ class PruneSummary:
         elif not self.compacted:
             why.append(
                 "the file was not rewritten, and DuckDB gives back a block only once every row in it is gone "
-                "(`toolmeter prune` rewrites it, unless --no-compact; a running `serve` only after five minutes without "
-                "a request)"
+                "(`toolmeter prune` rewrites it, unless --no-compact; a running `serve` only when the requests "
+                "coming in meanwhile fit in its queue)"
             )
         return "; ".join(why) or f"{self.calls_after:,} call(s) are left and could not be removed"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -458,16 +459,17 @@ def test_concurrent_requests_sharing_spool_syncs_are_all_written_and_progress_en
     assert read_progress(db_path, r.receiver.receiver_id) == list(spool.replay(0, 0))[-1][:2]
 
 
-def test_serve_rewrites_its_file_when_quiet_and_goes_on_receiving(serve, db_path: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_serve_rewrites_its_file_when_the_load_allows_and_goes_on_receiving(serve, db_path: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import threading
     import time
 
+    import collector.serve.receiver as receiver
     import collector.store.compaction as compaction
     import collector.store.connection as connection
 
     monkeypatch.setattr(connection, "ROW_GROUP_ROWS", 2048)  # small groups after a few thousand calls
     monkeypatch.setattr(compaction, "MIN_SMALL_GROUPS", 2)
-    r = serve(measure_processes=1)
+    r = serve(measure_processes=1, max_queued_bytes=8 * 2**20)
 
     def post(first: int, n: int) -> None:
         spans = (tool(first + i, f"result {first + i}", trace=f"{first + i:032x}") for i in range(n))
@@ -485,7 +487,12 @@ def test_serve_rewrites_its_file_when_quiet_and_goes_on_receiving(serve, db_path
         post(k * 2000, 2000)
         assert r.receiver.flush(60)
     assert groups() >= 3
-    assert r.receiver.rewrite_when_quiet(3600) is None, "a request came a moment ago"
+    # a disk this slow would take the requests of the last minutes past half the queue meanwhile
+    monkeypatch.setattr(receiver, "REWRITE_BYTES_PER_S", 1000.0)
+    said = r.receiver.rewrite_when_light()
+    assert said is not None and said.startswith("the file is worth rewriting (100% of its tool calls were in ")
+    assert "not now: requests come at " in said and "over half the queue (8 MiB" in said and groups() >= 3
+    monkeypatch.setattr(receiver, "REWRITE_BYTES_PER_S", 18e6)
     reads: list[object] = []
     done = threading.Event()
 
@@ -498,13 +505,31 @@ def test_serve_rewrites_its_file_when_quiet_and_goes_on_receiving(serve, db_path
     reader = threading.Thread(target=read_meanwhile)
     reader.start()
     try:
-        why = r.receiver.rewrite_when_quiet(0)
+        said = r.receiver.rewrite_when_light()
     finally:
         done.set()
         reader.join()
-    assert why is not None and "small row groups" in why
+    assert said is not None and re.fullmatch(
+        r"rewrote the file in \d+\.\d s: 100% of its tool calls were in \d+ small row groups", said
+    )
     assert groups() == 1 and reads and set(reads) == {(8000,)}
+    assert r.receiver.rewrite_when_light() is None, "nothing to say once rewritten"
     post(8000, 500)  # the writer goes on, into the new file
     assert r.receiver.flush(60)
     with read_connection(db_path) as con:
         assert con.execute("SELECT count(*), count(DISTINCT span_id) FROM tool_calls").fetchone() == (8500, 8500)
+
+
+def test_the_inflow_is_the_rate_of_the_last_five_minutes() -> None:
+    from collector.serve.inflow import BUCKET_S, WINDOW_S, Inflow
+
+    inflow = Inflow()
+    assert inflow.rate(now=1000.0) == 0
+    for k in range(30):  # 3 MB a bucket for five minutes: 300 KB/s
+        inflow.note(3_000_000, now=1000.0 + k * BUCKET_S)
+    assert inflow.rate(now=1000.0 + 29 * BUCKET_S) == 90_000_000 / WINDOW_S
+    assert inflow.rate(now=1000.0 + 39 * BUCKET_S) == 60_000_000 / WINDOW_S, (
+        "the ten buckets before the window are gone"
+    )
+    inflow.note(5, now=1000.0 + 330 * BUCKET_S)  # a bucket used again starts from nothing
+    assert inflow.rate(now=1000.0 + 330 * BUCKET_S) == 5 / WINDOW_S
