@@ -43,7 +43,7 @@ from collector.serve.exports import QueueFull
 from collector.serve.grpc_api import make_grpc_server
 from collector.serve.http_api import make_app
 from collector.serve.inflow import Inflow
-from collector.store.compaction import compact_file, rewrite_reason
+from collector.store.compaction import NoRoom, compact_file, rewrite_reason
 from collector.store.database import Batch, read_progress
 from collector.store.lake import LakeSpec, is_lake, redact
 from collector.worker import BatchWorker
@@ -252,8 +252,7 @@ class Receiver:
             why = rewrite_reason(db, wait_s=wait_s)
             if why is None:
                 return None
-            took = os.path.getsize(db) / REWRITE_BYTES_PER_S
-            rate = self._inflow.rate()
+            took, rate = os.path.getsize(db) / REWRITE_BYTES_PER_S, self._inflow.rate()
             coming = self._worker.queued_bytes + rate * took
             if coming > REWRITE_QUEUE_SHARE * self.max_queued_bytes:
                 return (f"the file is worth rewriting ({why}), not now: requests come at {rate / 1e6:.2f} MB/s "
@@ -262,7 +261,10 @@ class Receiver:
                         "TOOLMETER_MAX_QUEUED_BYTES); tried again at the next retention run, or stop the "
                         "receiver and run `toolmeter prune`")  # fmt: skip
             start = time.monotonic()
-            compact_file(db, why, wait_s=wait_s)
+            try:
+                compact_file(db, why, wait_s=wait_s)
+            except NoRoom as e:
+                return str(e)
             return f"rewrote the file in {time.monotonic() - start:,.1f} s: {why}"
         finally:
             self.paused = paused

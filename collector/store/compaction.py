@@ -7,7 +7,9 @@ into a new file made from the current schema and puts it in the old one's place.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 
 import duckdb
 
@@ -31,15 +33,22 @@ there are :data:`MIN_SMALL_GROUPS` of them): at most a rewrite each time the sto
 third, so its cost a call stays the same whatever the store's size."""
 MIN_SMALL_GROUPS = 64
 """Fewer small row groups than this (half a million calls) are not worth a rewrite."""
+ROOM_BYTES = 256 * 2**20
+"""Free space a rewrite leaves on the file's disk beyond the new file (at most the old one's used
+blocks): a receiver's spool and DuckDB's log are on that disk, and a full one refuses requests."""
 
 
-def checkpoint(store: str, *, wait_s: float = 0) -> None:
+def checkpoint(store: str) -> None:
     """Write the store's log into the file (as a closing connection would)."""
-    con = connect(store, read_only=False, wait_s=wait_s)
+    con = connect(store, read_only=False)
     try:
         con.execute("CHECKPOINT")
     finally:
         con.close()
+
+
+class NoRoom(StoreError):
+    """The file's disk has too little free space for the rewritten file beside it."""
 
 
 def rewrite_reason(store: str, *, wait_s: float = 0) -> str | None:
@@ -48,24 +57,30 @@ def rewrite_reason(store: str, *, wait_s: float = 0) -> str | None:
     its large tables still have the primary keys of a file made before they were dropped. Opens
     it for writing (its log is written into it first; a held file is waited for up to ``wait_s``
     seconds)."""
+    return _look(store, wait_s, groups=True)[1]
+
+
+def _look(store: str, wait_s: float, *, groups: bool) -> tuple[int, str | None]:
+    """Checkpoint ``store``; its used bytes, and why it is worth rewriting (small row groups
+    looked for only with ``groups``: it reads the table's storage, ~1 s at 10 million calls)."""
     con = connect(store, read_only=False, wait_s=wait_s)
     try:
         con.execute("CHECKPOINT")
-        row = con.execute(
-            "SELECT total_blocks, free_blocks FROM pragma_database_size() WHERE database_name = current_database()"
-        ).fetchone()
+        row = con.execute("SELECT block_size, total_blocks, free_blocks FROM pragma_database_size() "
+                          "WHERE database_name = current_database()").fetchone()  # fmt: skip
         keyed = con.execute(_LARGE_TABLE_KEYS).fetchone()
-        groups = con.execute(_GROUPS, [SMALL_GROUP_ROWS, SMALL_GROUP_ROWS]).fetchone()
+        small = con.execute(_GROUPS, [SMALL_GROUP_ROWS, SMALL_GROUP_ROWS]).fetchone() if groups else None
     finally:
         con.close()
     reasons = []
-    if row and row[0] and row[1] / row[0] >= COMPACT_WHEN_FREE:
-        reasons.append(f"{row[1] / row[0]:.0%} of it was free blocks")
-    if groups and groups[0] >= MIN_SMALL_GROUPS and groups[2] >= COMPACT_WHEN_SMALL * groups[1]:
-        reasons.append(f"{groups[2] / groups[1]:.0%} of its tool calls were in {groups[0]:,} small row groups")
+    if row and row[1] and row[2] / row[1] >= COMPACT_WHEN_FREE:
+        reasons.append(f"{row[2] / row[1]:.0%} of it was free blocks")
+    if small and small[0] >= MIN_SMALL_GROUPS and small[2] >= COMPACT_WHEN_SMALL * small[1]:
+        reasons.append(f"{small[2] / small[1]:.0%} of its tool calls were in {small[0]:,} small row groups")
     if keyed and keyed[0]:
         reasons.append("its large tables had the primary keys of an older version")
-    return "; ".join(reasons) or None
+    used = (row[1] - row[2]) * row[0] if row else os.path.getsize(store)
+    return used, "; ".join(reasons) or None
 
 
 def compact_file(store: str, reason: str | None = None, *, wait_s: float = 0) -> str | None:
@@ -75,13 +90,24 @@ def compact_file(store: str, reason: str | None = None, *, wait_s: float = 0) ->
     The new file is made from the current schema and the rows copied into it, in DuckDB's full
     row groups, so a rewrite also drops old keys (see ``schema.sql``). No writer may write
     meanwhile (a held file is waited for up to ``wait_s`` seconds): readers read the old file
-    until the new one takes its name."""
+    until the new one takes its name.
+
+    Raises:
+        NoRoom: the disk could not hold the new file beside the old one (nothing was written).
+        StoreError: the rewrite failed; the store is unchanged and the partial new file removed.
+    """
+    used, why = _look(store, wait_s, groups=reason is None)
+    reason = reason or why
     if reason is None:
-        reason = rewrite_reason(store, wait_s=wait_s)
-        if reason is None:
-            return None
-    else:
-        checkpoint(store, wait_s=wait_s)  # what the log holds is in the file the rows are copied from
+        return None
+    folder = os.path.dirname(os.path.abspath(store))
+    free = shutil.disk_usage(folder).free
+    if free < used + ROOM_BYTES:
+        raise NoRoom(
+            f"not rewritten ({reason}): the new file needs up to {used / 1e6:,.0f} MB beside {store}, and its disk "
+            f"has {free / 1e6:,.0f} MB free (of which {ROOM_BYTES / 2**20:,.0f} MiB stay free, for the spool and "
+            "DuckDB's log); free some space there: the next `toolmeter prune` or retention run of `serve` tries again"
+        )
     fresh = store + ".compact.tmp"
     if os.path.exists(fresh):
         os.remove(fresh)
@@ -107,6 +133,10 @@ def compact_file(store: str, reason: str | None = None, *, wait_s: float = 0) ->
         con.execute("DETACH fresh")
         os.replace(fresh, store)  # atomic: a reader sees the old file or the new one
     except duckdb.Error as e:
+        con.close()
+        for partial in (fresh, fresh + ".wal"):  # a failed write (a full disk) leaves no half file taking space
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(partial)
         raise StoreError(f"rewriting {store} failed (the store is unchanged): {e}") from e
     finally:
         con.close()

@@ -37,7 +37,7 @@ from collector.config import DEFAULT_RETAIN, DEFAULT_RETAIN_PAYLOADS
 from collector.errors import InputError
 from collector.store import lake as L
 from collector.store import rollup
-from collector.store.compaction import checkpoint, compact_file
+from collector.store.compaction import NoRoom, checkpoint, compact_file
 from collector.store.connection import connect
 from collector.store.database import Store
 from collector.store.payloads import blob_id_of, payload_files
@@ -79,6 +79,8 @@ class PruneSummary:
     file_bytes_after: int | None = None
     compacted: str | None = None
     """Why the file was rewritten (None: it was not)."""
+    no_room: str | None = None
+    """Why a rewrite worth doing was not done: the disk had too little free space."""
     capped: bool = False
     max_bytes: int | None = None
     """The size cap the run had to fit (None: none)."""
@@ -99,6 +101,8 @@ class PruneSummary:
         elif self.size_before is not None:
             out.append(f"store {_mb(self.size_before)} -> {_mb(self.size_after)}"
                        + (f" (file {_mb(self.file_bytes_after)}, rewritten: {self.compacted})" if self.compacted else ""))  # fmt: skip
+        if self.no_room:
+            out.append(self.no_room)
         if self.max_bytes is not None and self.size_after is not None and self.size_after > self.max_bytes:
             out.append(f"still over the size cap of {_mb(self.max_bytes)}: {self._why_over()}")
         return out
@@ -157,13 +161,22 @@ def prune(store: str, retention: Retention, *, now: datetime | None = None, comp
     _record(store, summary, now)
     if not lake:
         # last, after the record is written: a rewrite also takes in what the record added
-        summary.compacted = compact_file(store, summary.compacted) if compact else None
-        if not compact:
+        summary.compacted = _rewrite(store, summary, summary.compacted) if compact else None
+        if not summary.compacted:
             checkpoint(store)
         after = _Sizes.of(store)
         summary.size_after, summary.calls_after = after.total, after.calls
         summary.file_bytes_after = os.path.getsize(store)
     return summary
+
+
+def _rewrite(store: str, summary: PruneSummary, reason: str | None) -> str | None:
+    """:func:`compact_file`, or None with ``summary.no_room`` saying why when its disk is too full."""
+    try:
+        return compact_file(store, reason)
+    except NoRoom as e:
+        summary.no_room = str(e)
+        return None
 
 
 def _remove(store: str, summary: PruneSummary, payloads_cut: datetime | None, rows_cut: datetime | None) -> None:
@@ -260,7 +273,8 @@ def _fit(store: str, summary: PruneSummary, max_bytes: int, compact: bool) -> No
     measured size fits.
     """
     if compact:
-        summary.compacted = compact_file(store, _TO_FIT)
+        summary.compacted = _rewrite(store, summary, _TO_FIT)
+        compact = summary.compacted is not None  # no room for one: the cap is met by removing, as without
     base = _Sizes.of(store)
 
     def estimate() -> float:

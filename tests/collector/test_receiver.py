@@ -493,6 +493,11 @@ def test_serve_rewrites_its_file_when_the_load_allows_and_goes_on_receiving(serv
     assert said is not None and said.startswith("the file is worth rewriting (100% of its tool calls were in ")
     assert "not now: requests come at " in said and "over half the queue (8 MiB" in said and groups() >= 3
     monkeypatch.setattr(receiver, "REWRITE_BYTES_PER_S", 18e6)
+    room = compaction.ROOM_BYTES
+    monkeypatch.setattr(compaction, "ROOM_BYTES", 2**62)  # a disk too full for the new file beside the old
+    said = r.receiver.rewrite_when_light()
+    assert said is not None and said.startswith("not rewritten (100% of its tool calls were in ") and groups() >= 3
+    monkeypatch.setattr(compaction, "ROOM_BYTES", room)
     reads: list[object] = []
     done = threading.Event()
 

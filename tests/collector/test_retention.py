@@ -288,3 +288,54 @@ def test_a_store_mostly_in_small_row_groups_is_rewritten_into_full_ones(fed: str
     assert "100% of its tool calls were in" in "\n".join(summary.lines())
     assert groups() == 1 and rank() == before
     assert compact_file(db) is None, "once rewritten, its groups are full"
+
+
+def test_a_rewrite_the_disk_cannot_hold_is_not_started_and_said(fed: str, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import collector.store.compaction as compaction
+
+    db = _copy(fed, tmp_path)
+    with duckdb.connect() as con:  # the calls again, in small row groups: worth a rewrite
+        con.execute(f"ATTACH '{db}' AS s (ROW_GROUP_SIZE 2048)")
+        con.execute("CREATE TEMP TABLE once AS SELECT * FROM s.tool_calls")
+        con.execute(
+            "INSERT INTO s.tool_calls SELECT once.* REPLACE (span_id || k AS span_id) FROM once, range(40) r(k)"
+        )
+    monkeypatch.setattr(compaction, "MIN_SMALL_GROUPS", 2)
+    inode = os.stat(db).st_ino  # a rewrite puts a new file in its place
+    # all the disk's free space and more is what a rewrite must leave free
+    monkeypatch.setattr(compaction, "ROOM_BYTES", 2**62)
+    summary = prune(db, Retention(rows=None, payloads=None), compact=True)
+    assert summary.compacted is None and summary.no_room
+    said = "\n".join(summary.lines())
+    assert "not rewritten (100% of its tool calls were in " in said and "groups): the new file needs up to " in said
+    assert "MB free (of which " in said and "free some space there" in said
+    assert os.stat(db).st_ino == inode and not os.path.exists(db + ".compact.tmp")
+    with pytest.raises(compaction.NoRoom):
+        compact_file(db, "asked for")
+
+
+def test_a_rewrite_that_fails_leaves_the_store_as_it_was_and_no_half_file(fed: str, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import textwrap
+
+    db = _copy(fed, tmp_path)
+    with duckdb.connect(db, read_only=True) as con:
+        counts = con.execute("SELECT count(*), sum(raw_tokens) FROM tool_calls").fetchone()
+    # a process that may write no file larger than a tenth of the store: the disk is full for it
+    script = textwrap.dedent(f"""
+        import os, resource, signal
+        from collector.errors import StoreError
+        from collector.store.compaction import compact_file
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, ({os.path.getsize(db) // 10}, resource.RLIM_INFINITY))
+        try:
+            compact_file({db!r}, "asked for")
+        except StoreError as e:
+            print(e)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert "failed (the store is unchanged)" in out.stdout and "File too large" in out.stdout, out.stderr
+    assert not [p for p in os.listdir(tmp_path) if ".compact.tmp" in p], "the half-written file was removed"
+    with duckdb.connect(db, read_only=True) as con:
+        assert con.execute("SELECT count(*), sum(raw_tokens) FROM tool_calls").fetchone() == counts
