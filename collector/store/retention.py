@@ -289,12 +289,12 @@ def _fit(store: str, summary: PruneSummary, max_bytes: int, compact: bool) -> No
     if not compact:
         return
     if removed:  # else the rewrite above is the file as it stands
-        compact_file(store, _TO_FIT)
+        _rewrite(store, summary, _TO_FIT)
     # room for two blocks: the record of this run, and the file's metadata, written after
     limit = max_bytes - 2 * base.block
     for what in ("payloads", "rows"):
         while store_bytes(store) > limit and _remove_tenth(store, summary, what):
-            compact_file(store, _TO_FIT)
+            _rewrite(store, summary, _TO_FIT)
 
 
 @dataclass(frozen=True)
