@@ -161,6 +161,11 @@ def _add_prune(sub: Any, db_default: str) -> None:
         action="store_true",
         help="do not rewrite a DuckDB file (to give back freed space, or to put its calls in full row groups)",
     )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what a run would remove (rows by table, payload files, a rewrite) and change nothing",
+    )
     p.set_defaults(func=cmd_prune)
 
 

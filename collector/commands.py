@@ -190,8 +190,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
             f"--db: no toolmeter store at {args.db}; nothing was pruned or made. Give the store that "
             "`toolmeter serve` or `ingest` writes (or set TOOLMETER_DB)."
         )
-    summary = prune(args.db, retention_of(args), compact=not args.no_compact)
-    print(f"pruned {redact(args.db)}:")
+    summary = prune(args.db, retention_of(args), compact=not args.no_compact, dry_run=args.dry_run)
+    print(f"dry run on {redact(args.db)}, nothing removed:" if args.dry_run else f"pruned {redact(args.db)}:")
     for line in summary.lines():
         print(f"  {line}")
     return 0

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -37,13 +37,11 @@ from collector.config import DEFAULT_RETAIN, DEFAULT_RETAIN_PAYLOADS
 from collector.errors import InputError
 from collector.store import lake as L
 from collector.store import rollup
-from collector.store.compaction import NoRoom, checkpoint, compact_file
+from collector.store.compaction import NoRoom, checkpoint, compact_file, rewrite_reason
 from collector.store.connection import connect
 from collector.store.database import Store
 from collector.store.payloads import blob_id_of, payload_files
-
-BLOB_GRACE = timedelta(minutes=10)
-"""Unreferenced payload files younger than this are kept: their batch may not have committed yet."""
+from collector.store.prune_summary import BLOB_GRACE, PruneSummary
 
 
 @dataclass(frozen=True)
@@ -63,78 +61,13 @@ class Retention:
             raise InputError(f"max_bytes={self.max_bytes!r} must be a positive number of bytes")
 
 
-@dataclass
-class PruneSummary:
-    """What a run removed, and the store's size before and after (bytes; None on a lake)."""
-
-    rows_before: datetime | None
-    payloads_before: datetime | None
-    removed: dict[str, int] = field(default_factory=dict)
-    payload_files: int = 0
-    payload_file_bytes: int = 0
-    payload_files_young: int = 0
-    """Unreferenced payload files kept because they are younger than :data:`BLOB_GRACE`."""
-    size_before: int | None = None
-    size_after: int | None = None
-    file_bytes_after: int | None = None
-    compacted: str | None = None
-    """Why the file was rewritten (None: it was not)."""
-    no_room: str | None = None
-    """Why a rewrite worth doing was not done: the disk had too little free space."""
-    capped: bool = False
-    max_bytes: int | None = None
-    """The size cap the run had to fit (None: none)."""
-    calls_after: int | None = None
-    """Tool calls left in the store after the run (None on a lake)."""
-
-    def lines(self) -> list[str]:
-        when = [f"rows before {_day(self.rows_before)}", f"payloads before {_day(self.payloads_before)}"]
-        out = ["removed " + ", ".join(when) + (" (and the oldest, to fit the size cap)" if self.capped else "")]
-        out.append(", ".join(f"{table} {n:,}" for table, n in self.removed.items() if n) or "nothing to remove")
-        if self.payload_files:
-            out.append(f"payload files {self.payload_files:,} ({_mb(self.payload_file_bytes)})")
-        if self.payload_files_young:
-            out.append(f"{self.payload_files_young:,} payload file(s) no row points at were kept: written in the "
-                       f"last {BLOB_GRACE.seconds // 60} minutes (a batch may be committing); the next run removes them")  # fmt: skip
-        if self.size_after is None:
-            out.append("size not measured on a DuckLake: its catalog and data path hold it")
-        elif self.size_before is not None:
-            out.append(f"store {_mb(self.size_before)} -> {_mb(self.size_after)}"
-                       + (f" (file {_mb(self.file_bytes_after)}, rewritten: {self.compacted})" if self.compacted else ""))  # fmt: skip
-        if self.no_room:
-            out.append(self.no_room)
-        if self.max_bytes is not None and self.size_after is not None and self.size_after > self.max_bytes:
-            out.append(f"still over the size cap of {_mb(self.max_bytes)}: {self._why_over()}")
-        return out
-
-    def _why_over(self) -> str:
-        """Why a run that had a size cap ended above it."""
-        why = []
-        if self.payload_files_young:
-            why.append("payload files written in the last few minutes were kept (above)")
-        if self.calls_after == 0:
-            why.append("no call is left to remove; the rest is the file's own tables (rollups, counters, alerts)")
-        elif not self.compacted:
-            why.append(
-                "the file was not rewritten, and DuckDB gives back a block only once every row in it is gone "
-                "(`toolmeter prune` rewrites it, unless --no-compact; a running `serve` only when the requests "
-                "coming in meanwhile fit in its queue)"
-            )
-        return "; ".join(why) or f"{self.calls_after:,} call(s) are left and could not be removed"
-
-
-def _day(t: datetime | None) -> str:
-    return "never (kept forever)" if t is None else f"{t:%Y-%m-%d %H:%M} UTC"
-
-
-def _mb(n: int | None) -> str:
-    if n is None:
-        return "unknown"
-    return f"{n / 1e3:,.1f} KB" if n < 100_000 else f"{n / 1e6:,.1f} MB"
-
-
-def prune(store: str, retention: Retention, *, now: datetime | None = None, compact: bool = False) -> PruneSummary:
+def prune(
+    store: str, retention: Retention, *, now: datetime | None = None, compact: bool = False, dry_run: bool = False
+) -> PruneSummary:
     """Apply ``retention`` to ``store`` (a DuckDB file or a lake); returns what was removed.
+
+    ``dry_run``: count what a run would remove and change nothing (its deletes are made in a
+    transaction that is rolled back; no file is removed or rewritten, no run recorded).
 
     Raises:
         InputError: a size cap on a lake (its size is its object store's: prune by time).
@@ -151,9 +84,14 @@ def prune(store: str, retention: Retention, *, now: datetime | None = None, comp
     payloads_cut = now - retention.payloads if retention.payloads is not None else None
     if rows_cut is not None and (payloads_cut is None or payloads_cut < rows_cut):
         payloads_cut = rows_cut  # a payload never outlives its row
-    summary = PruneSummary(rows_cut, payloads_cut, max_bytes=retention.max_bytes)
+    summary = PruneSummary(rows_cut, payloads_cut, max_bytes=retention.max_bytes, dry_run=dry_run)
     summary.size_before = None if lake else store_bytes(store)
-    _remove(store, summary, payloads_cut, rows_cut)
+    kept = _remove(store, summary, payloads_cut, rows_cut, dry_run)
+    if kept is not None:  # a dry run
+        if not lake:
+            summary.payload_files, summary.payload_file_bytes = _remove_unreferenced_blobs(store, summary, kept)
+            summary.compacted = rewrite_reason(store) if compact else None
+        return summary
     if not lake:
         summary.payload_files, summary.payload_file_bytes = _remove_unreferenced_blobs(store, summary)
         if retention.max_bytes is not None:
@@ -179,7 +117,17 @@ def _rewrite(store: str, summary: PruneSummary, reason: str | None) -> str | Non
         return None
 
 
-def _remove(store: str, summary: PruneSummary, payloads_cut: datetime | None, rows_cut: datetime | None) -> None:
+class _Rehearsal(Exception):
+    """Ends a dry run's transaction: what it deleted is rolled back."""
+
+
+def _remove(
+    store: str, summary: PruneSummary, payloads_cut: datetime | None, rows_cut: datetime | None, dry_run: bool
+) -> set[str] | None:
+    """Delete what the cutoffs leave out, counted in ``summary``; a dry run returns the payload
+    files rows would still point at after the deletes, which it then rolls back."""
+    kept: set[str] = set()
+
     def work(con: duckdb.DuckDBPyConnection) -> None:
         if payloads_cut is not None:
             _count(summary, "payloads", con, _PAYLOADS_OF_CALLS_BEFORE, [payloads_cut])
@@ -193,8 +141,15 @@ def _remove(store: str, summary: PruneSummary, payloads_cut: datetime | None, ro
                 _count(summary, table, con, sql, [rows_cut])
             rollup.forget_through(con, rows_cut)  # the day holding the cutoff is rolled again from what is left
             rollup.refresh(con)
+        if dry_run:
+            kept.update(r[0] for r in con.execute(_BLOBS).fetchall())
+            raise _Rehearsal
 
-    _write(store, work)
+    try:
+        _write(store, work)
+    except _Rehearsal:
+        return kept
+    return None
 
 
 _PAYLOADS_OF_CALLS_BEFORE = """
@@ -228,16 +183,22 @@ def store_bytes(store: str) -> int:
     return _Sizes.of(store).total
 
 
-def _remove_unreferenced_blobs(store: str, summary: PruneSummary | None = None) -> tuple[int, int]:
+_BLOBS = "SELECT DISTINCT blob_id FROM payloads WHERE blob_id IS NOT NULL"
+
+
+def _remove_unreferenced_blobs(
+    store: str, summary: PruneSummary | None = None, referenced: set[str] | None = None
+) -> tuple[int, int]:
     """Delete the payload files no row points at; those within :data:`BLOB_GRACE` are kept and
-    counted in ``summary.payload_files_young``."""
-    con = connect(store, read_only=True)
-    try:
-        referenced = {
-            r[0] for r in con.execute("SELECT DISTINCT blob_id FROM payloads WHERE blob_id IS NOT NULL").fetchall()
-        }
-    finally:
-        con.close()
+    counted in ``summary.payload_files_young``. Given the files rows point at (a dry run), count
+    the others and delete none."""
+    dry_run = referenced is not None
+    if referenced is None:
+        con = connect(store, read_only=True)
+        try:
+            referenced = {r[0] for r in con.execute(_BLOBS).fetchall()}
+        finally:
+            con.close()
     grace = time.time() - BLOB_GRACE.total_seconds()
     files = removed = young = 0
     for path, size, mtime in payload_files(store):
@@ -247,7 +208,8 @@ def _remove_unreferenced_blobs(store: str, summary: PruneSummary | None = None) 
             young += 1
             continue
         try:
-            os.remove(path)
+            if not dry_run:
+                os.remove(path)
         except FileNotFoundError:
             continue
         files += 1

@@ -339,3 +339,42 @@ def test_a_rewrite_that_fails_leaves_the_store_as_it_was_and_no_half_file(fed: s
     assert not [p for p in os.listdir(tmp_path) if ".compact.tmp" in p], "the half-written file was removed"
     with duckdb.connect(db, read_only=True) as con:
         assert con.execute("SELECT count(*), sum(raw_tokens) FROM tool_calls").fetchone() == counts
+
+
+def test_a_dry_run_says_what_a_run_would_remove_and_changes_nothing(
+    fed: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from collector.cli import main
+
+    db = _copy(fed, tmp_path)
+
+    def state() -> tuple[object, ...]:
+        with duckdb.connect(db, read_only=True) as con:
+            counts = con.execute(
+                "SELECT (SELECT count(*) FROM tool_calls), (SELECT count(*) FROM llm_calls), "
+                "(SELECT count(*) FROM payloads), (SELECT count(*) FROM message_views), "
+                "(SELECT count(*) FROM retention_runs), (SELECT count(*) FROM rollup_days)"
+            ).fetchone()
+        files = sorted(p for _, _, names in os.walk(payload_dir(db)) for p in names)
+        return counts, files, os.stat(db).st_ino
+
+    before = state()
+    retention = Retention(rows=timedelta(days=30), payloads=timedelta(days=7), max_bytes=10**12)
+    dry = prune(db, retention, now=NOW, compact=True, dry_run=True)
+    assert state() == before
+    said = dry.lines()
+    assert said[0].startswith("would remove rows before ") and "store " in said[3] and said[3].endswith(" now")
+    assert said[4] == "within the size cap of 1,000,000.0 MB"
+    real = prune(db, retention, now=NOW, compact=True)
+    assert dry.removed == real.removed and dry.removed["tool_calls"] == 30 * 4 * 2
+    assert (dry.payload_files, dry.payload_file_bytes) == (real.payload_files, real.payload_file_bytes)
+    assert dry.payload_files > 0 and said[1] == real.lines()[1] and said[2] == real.lines()[2]
+
+    (tmp_path / "again").mkdir()
+    again = _copy(fed, tmp_path / "again")
+    assert main(["prune", "--db", again, "--retain", "45d", "--max-size", "1KB", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"dry run on {again}, nothing removed:" in out and "would remove rows before" in out
+    assert "tool_calls 120" in out and "over the size cap of 1.0 KB: after the above, a run removes" in out
+    with duckdb.connect(again, read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM tool_calls").fetchone() == (DAYS * 4 * 2,)

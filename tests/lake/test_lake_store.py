@@ -174,7 +174,13 @@ def test_retention_on_a_lake_matches_retention_on_a_file(
     ingest_files(files, CollectorConfig(db=lake_store))
     retention = Retention(rows=timedelta(hours=30), payloads=timedelta(hours=12))
     now = datetime(2026, 11, 11)  # the two sample days are 2026-11-09 and 2026-11-10
+    with read_connection(lake_store) as con:
+        stored = con.execute("SELECT count(*) FROM tool_calls").fetchone()
+    rehearsed = prune(lake_store, retention, now=now, dry_run=True)  # rolled back: nothing goes
+    with read_connection(lake_store) as con:
+        assert con.execute("SELECT count(*) FROM tool_calls").fetchone() == stored
     on_file, on_lake = prune(copy, retention, now=now), prune(lake_store, retention, now=now)
+    assert rehearsed.removed == on_lake.removed and rehearsed.lines()[0].startswith("would remove")
     assert on_lake.removed == on_file.removed and on_lake.removed["tool_calls"] > 0
     assert on_lake.size_after is None and "store" not in " ".join(on_lake.lines())  # a lake's size is not ours
     for store in (copy, lake_store):
