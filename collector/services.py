@@ -188,7 +188,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     def upkeep() -> list[str]:
         lines = prune(config.db, retention).lines()
-        rewrite = None if args.no_compact else running.receiver.rewrite_when_light()
+        try:
+            rewrite = None if args.no_compact else running.receiver.rewrite_when_light()
+        except ToolmeterError as e:  # what was pruned is said all the same
+            rewrite = f"the file's rewrite failed (tried again at the next run): {e}"
         return lines + ([rewrite] if rewrite else [])
 
     # at start too (before any request, so a restart is when a file gets rewritten)
@@ -222,6 +225,8 @@ def _periodically(label: str, job: Any, every_s: float, stop: threading.Event, f
             print(f"toolmeter {label}: " + "; ".join(job()), flush=True)
         except ToolmeterError as e:
             print(f"toolmeter {label} failed (will try again): {e}", file=sys.stderr, flush=True)
+        except Exception as e:  # anything else too: a thread that ended here would never run the job again
+            print(f"toolmeter {label} failed (will try again): {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         if stop.wait(every_s):
             return
 

@@ -109,8 +109,12 @@ def compact_file(store: str, reason: str | None = None, *, wait_s: float = 0) ->
             "DuckDB's log); free some space there: the next `toolmeter prune` or retention run of `serve` tries again"
         )
     fresh = store + ".compact.tmp"
-    if os.path.exists(fresh):
-        os.remove(fresh)
+    try:
+        os.remove(fresh)  # left by a rewrite that was killed
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise StoreError(f"cannot rewrite {store}: {fresh} is in the way ({e}); move it elsewhere") from e
     con = duckdb.connect()
     try:
         con.execute("SET enable_progress_bar = false")  # DuckDB draws one on stderr for a statement over 2 s

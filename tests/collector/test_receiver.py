@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from collector.config import CollectorConfig
+from collector.errors import StoreError
 from collector.serve.receiver import Receiver, ReceiverConfig, slice_records
 from collector.store.database import read_connection
 from tests.collector.conftest import TOKEN
@@ -460,6 +461,7 @@ def test_concurrent_requests_sharing_spool_syncs_are_all_written_and_progress_en
 
 
 def test_serve_rewrites_its_file_when_the_load_allows_and_goes_on_receiving(serve, db_path: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import shutil
     import threading
     import time
 
@@ -493,6 +495,11 @@ def test_serve_rewrites_its_file_when_the_load_allows_and_goes_on_receiving(serv
     assert said is not None and said.startswith("the file is worth rewriting (100% of its tool calls were in ")
     assert "not now: requests come at " in said and "over half the queue (8 MiB" in said and groups() >= 3
     monkeypatch.setattr(receiver, "REWRITE_BYTES_PER_S", 18e6)
+    (Path(db_path + ".compact.tmp") / "x").mkdir(parents=True)  # not the file a killed rewrite leaves
+    with pytest.raises(StoreError, match=r"compact.tmp is in the way .*; move it elsewhere"):
+        r.receiver.rewrite_when_light()
+    assert not r.receiver.paused, "the writer goes on after a rewrite that failed"
+    shutil.rmtree(db_path + ".compact.tmp")
     room = compaction.ROOM_BYTES
     monkeypatch.setattr(compaction, "ROOM_BYTES", 2**62)  # a disk too full for the new file beside the old
     said = r.receiver.rewrite_when_light()
@@ -538,3 +545,26 @@ def test_the_inflow_is_the_rate_of_the_last_five_minutes() -> None:
     )
     inflow.note(5, now=1000.0 + 330 * BUCKET_S)  # a bucket used again starts from nothing
     assert inflow.rate(now=1000.0 + 330 * BUCKET_S) == 5 / WINDOW_S
+
+
+def test_a_periodic_job_of_serve_that_fails_in_any_way_is_said_and_run_again(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import threading
+
+    from collector.services import _periodically
+
+    stop = threading.Event()
+    runs: list[int] = []
+
+    def job() -> list[str]:
+        runs.append(1)
+        if len(runs) == 1:
+            raise OSError("a folder in the way")
+        stop.set()
+        return ["ran"]
+
+    _periodically("retention", job, 0.01, stop, True)
+    said = capsys.readouterr()
+    assert "toolmeter retention failed (will try again): OSError: a folder in the way" in said.err
+    assert "toolmeter retention: ran" in said.out and len(runs) == 2
