@@ -164,7 +164,7 @@ def _add_prune(sub: Any, db_default: str) -> None:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="print what a run would remove (rows by table, payload files, a rewrite) and change nothing",
+        help="print what a run would remove (rows by table, payload files, a rewrite); remove nothing",
     )
     p.set_defaults(func=cmd_prune)
 

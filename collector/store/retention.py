@@ -66,7 +66,7 @@ def prune(
 ) -> PruneSummary:
     """Apply ``retention`` to ``store`` (a DuckDB file or a lake); returns what was removed.
 
-    ``dry_run``: count what a run would remove and change nothing (its deletes are made in a
+    ``dry_run``: count what a run would remove and remove nothing (its deletes are made in a
     transaction that is rolled back; no file is removed or rewritten, no run recorded).
 
     Raises:
