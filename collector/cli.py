@@ -127,7 +127,7 @@ def _add_serve(sub: Any, db_default: str) -> None:
     )  # fmt: skip
     _retention_arguments(p)
     p.add_argument("--prune-every", default="1h", metavar="DURATION",
-                   help="apply the retention this often, and once at start (default: %(default)s)")  # fmt: skip
+                   help="apply the retention this often, and at start and two minutes after (default: %(default)s)")  # fmt: skip
     p.add_argument("--no-compact", action="store_true",
                    help="do not rewrite the DuckDB file when it is worth it (freed space, calls in small row "
                         "groups); by default a retention run does when the requests coming in meanwhile fit in the queue")  # fmt: skip

@@ -126,6 +126,9 @@ def _serve_metrics(host: str, port: int) -> None:
     print(f"toolmeter metrics for Prometheus on http://{host}:{port}/metrics", flush=True)
 
 
+SECOND_RETENTION_S = 120.0
+"""``serve``'s second retention run comes this soon after the one at start: a rewrite of the file
+(:meth:`Receiver.rewrite_when_light`) waits for a minute of the load to be seen."""
 SIGNAL_CHECK_S = 0.25
 """How often ``serve``'s main thread wakes to run a signal handler another thread received."""
 
@@ -187,17 +190,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     retention = retention_of(args)
 
     def upkeep() -> list[str]:
-        lines = prune(config.db, retention).lines()
-        try:
-            rewrite = None if args.no_compact else running.receiver.rewrite_when_light()
-        except ToolmeterError as e:  # what was pruned is said all the same
-            rewrite = f"the file's rewrite failed (tried again at the next run): {e}"
-        return lines + ([rewrite] if rewrite else [])
+        return prune(config.db, retention).lines() + ([] if args.no_compact else _rewrite(running.receiver))
 
-    # at start too (before any request, so a restart is when a file gets rewritten)
+    # at start too, and again soon after: a rewrite of the file waits until the load is known
     threading.Thread(
         target=_periodically, name="toolmeter-retention", daemon=True,
-        args=("retention", upkeep, parse_duration(args.prune_every), stop, True),
+        args=("retention", upkeep, parse_duration(args.prune_every), stop, True, SECOND_RETENTION_S),
     ).start()  # fmt: skip
     grpc_note = f", OTLP/gRPC on {rc.host}:{running.grpc_port}" if running.grpc_port else ""
     print(f"toolmeter receiving OTLP/HTTP on {running.url}{grpc_note}; store {redact(config.db)}", flush=True)
@@ -215,11 +213,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _periodically(label: str, job: Any, every_s: float, stop: threading.Event, first_now: bool) -> None:
-    """Run ``job`` (which returns lines to print) every ``every_s`` seconds until ``stop``; a
-    failure is printed and the job tried again at its next turn."""
+def _rewrite(receiver: Any) -> list[str]:
+    """The receiver's file rewritten if worth it and its load allows: what was done, as a line."""
+    try:
+        said = receiver.rewrite_when_light()
+    except ToolmeterError as e:  # what was pruned is said all the same
+        said = f"the file's rewrite failed (tried again at the next run): {e}"
+    return [said] if said else []
+
+
+def _periodically(
+    label: str, job: Any, every_s: float, stop: threading.Event, first_now: bool, second_s: float | None = None
+) -> None:
+    """Run ``job`` (which returns lines to print) every ``every_s`` seconds until ``stop`` (the
+    second time after ``second_s``, when given and sooner); a failure is printed and the job tried
+    again at its next turn."""
     if not first_now and stop.wait(every_s):
         return
+    wait_s = min(every_s, second_s) if second_s is not None else every_s
     while True:
         try:
             print(f"toolmeter {label}: " + "; ".join(job()), flush=True)
@@ -227,8 +238,9 @@ def _periodically(label: str, job: Any, every_s: float, stop: threading.Event, f
             print(f"toolmeter {label} failed (will try again): {e}", file=sys.stderr, flush=True)
         except Exception as e:  # anything else too: a thread that ended here would never run the job again
             print(f"toolmeter {label} failed (will try again): {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        if stop.wait(every_s):
+        if stop.wait(wait_s):
             return
+        wait_s = every_s
 
 
 def run_watch(db: str, rules_path: str | None, webhook: str | None, interval: float, stop: threading.Event) -> None:

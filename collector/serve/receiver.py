@@ -70,9 +70,6 @@ share of the next slice waited for the write to end: a slice's shares take unequ
 REWRITE_BYTES_PER_S = 18e6
 """What a rewrite of the file is taken to take, by its size: half what was measured while
 measuring processes were idle (a file of 10 million calls, 1,121 MB in 31 s; BENCHMARKS.md)."""
-REWRITE_QUEUE_SHARE = 0.5
-"""A rewrite starts only when the requests expected meanwhile fill at most this share of the
-queue: the rest is for a burst, and a full queue answers 503 (exporters retry)."""
 
 
 def slice_records(records: list[Record], size: int) -> list[list[Record]]:
@@ -252,14 +249,11 @@ class Receiver:
             why = rewrite_reason(db, wait_s=wait_s)
             if why is None:
                 return None
-            took, rate = os.path.getsize(db) / REWRITE_BYTES_PER_S, self._inflow.rate()
-            coming = self._worker.queued_bytes + rate * took
-            if coming > REWRITE_QUEUE_SHARE * self.max_queued_bytes:
-                return (f"the file is worth rewriting ({why}), not now: requests come at {rate / 1e6:.2f} MB/s "
-                        f"(last five minutes) and would queue ~{coming / 2**20:,.0f} MiB in the ~{took:,.0f} s a "
-                        f"rewrite takes, over half the queue ({self.max_queued_bytes / 2**20:,.0f} MiB, "
-                        "TOOLMETER_MAX_QUEUED_BYTES); tried again at the next retention run, or stop the "
-                        "receiver and run `toolmeter prune`")  # fmt: skip
+            took = os.path.getsize(db) / REWRITE_BYTES_PER_S
+            wait = self._inflow.why_not_now(took, self._worker.queued_bytes, self.max_queued_bytes)
+            if wait:
+                return (f"the file is worth rewriting ({why}), {wait}; tried again at the next retention run, "
+                        "or stop the receiver and run `toolmeter prune`")  # fmt: skip
             start = time.monotonic()
             try:
                 compact_file(db, why, wait_s=wait_s)

@@ -465,6 +465,7 @@ def test_serve_rewrites_its_file_when_the_load_allows_and_goes_on_receiving(serv
     import threading
     import time
 
+    import collector.serve.inflow as inflow
     import collector.serve.receiver as receiver
     import collector.store.compaction as compaction
     import collector.store.connection as connection
@@ -489,6 +490,11 @@ def test_serve_rewrites_its_file_when_the_load_allows_and_goes_on_receiving(serv
         post(k * 2000, 2000)
         assert r.receiver.flush(60)
     assert groups() >= 3
+    said = r.receiver.rewrite_when_light()
+    assert said is not None and said.endswith("not yet: the load is measured over the first 60 s after start; "
+                                              "tried again at the next retention run, or stop the receiver and run "
+                                              "`toolmeter prune`")  # fmt: skip
+    monkeypatch.setattr(inflow, "KNOWN_AFTER_S", 0.0)  # as if it had run a minute
     # a disk this slow would take the requests of the last minutes past half the queue meanwhile
     monkeypatch.setattr(receiver, "REWRITE_BYTES_PER_S", 1000.0)
     said = r.receiver.rewrite_when_light()
@@ -532,10 +538,10 @@ def test_serve_rewrites_its_file_when_the_load_allows_and_goes_on_receiving(serv
         assert con.execute("SELECT count(*), count(DISTINCT span_id) FROM tool_calls").fetchone() == (8500, 8500)
 
 
-def test_the_inflow_is_the_rate_of_the_last_five_minutes() -> None:
+def test_the_inflow_is_the_rate_of_the_last_five_minutes_and_says_when_a_pause_fits() -> None:
     from collector.serve.inflow import BUCKET_S, WINDOW_S, Inflow
 
-    inflow = Inflow()
+    inflow = Inflow(now=1000.0 - WINDOW_S)  # started five minutes before
     assert inflow.rate(now=1000.0) == 0
     for k in range(30):  # 3 MB a bucket for five minutes: 300 KB/s
         inflow.note(3_000_000, now=1000.0 + k * BUCKET_S)
@@ -545,6 +551,20 @@ def test_the_inflow_is_the_rate_of_the_last_five_minutes() -> None:
     )
     inflow.note(5, now=1000.0 + 330 * BUCKET_S)  # a bucket used again starts from nothing
     assert inflow.rate(now=1000.0 + 330 * BUCKET_S) == 5 / WINDOW_S
+
+    young = Inflow(now=0.0)  # a receiver started 30 s ago: the rate is over those 30 s
+    young.note(6_000_000, now=20.0)
+    assert young.rate(now=30.0) == 200_000
+    assert (
+        young.why_not_now(100, 0, 256 * 2**20, now=30.0)
+        == "not yet: the load is measured over the first 60 s after start"
+    )
+    assert young.why_not_now(100, 0, 256 * 2**20, now=60.0) is None  # 10 MB in 100 s fits in 128 MiB
+    assert young.why_not_now(100, 0, 16 * 2**20, now=60.0) == (
+        "not now: requests come at 0.10 MB/s (last five minutes) and would queue ~10 MiB in the ~100 s a rewrite "
+        "takes, over half the queue (16 MiB, TOOLMETER_MAX_QUEUED_BYTES)"
+    )
+    assert young.why_not_now(10, 8 * 2**20, 16 * 2**20, now=60.0) is not None, "what is queued counts too"
 
 
 def test_a_periodic_job_of_serve_that_fails_in_any_way_is_said_and_run_again(
@@ -564,7 +584,13 @@ def test_a_periodic_job_of_serve_that_fails_in_any_way_is_said_and_run_again(
         stop.set()
         return ["ran"]
 
-    _periodically("retention", job, 0.01, stop, True)
+    # hourly, the second run soon after the first (serve's: once the load is known)
+    runner = threading.Thread(target=_periodically, args=("retention", job, 3600, stop, True, 0.01))
+    runner.start()
+    runner.join(timeout=30)
+    stop.set()
+    assert not runner.is_alive(), "the second run came an hour later, not soon after the first"
+    runner.join()
     said = capsys.readouterr()
     assert "toolmeter retention failed (will try again): OSError: a folder in the way" in said.err
     assert "toolmeter retention: ran" in said.out and len(runs) == 2
