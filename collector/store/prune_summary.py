@@ -63,6 +63,9 @@ class PruneSummary:
         out.append(", ".join(f"{table} {n:,}" for table, n in self.removed.items() if n) or "nothing to remove")
         if self.payload_files:
             out.append(f"payload files {self.payload_files:,} ({_mb(self.payload_file_bytes)})")
+        if self.payload_files_young:
+            out.append(f"{self.payload_files_young:,} payload file(s) no row would point at would be kept: written "
+                       f"in the last {BLOB_GRACE.seconds // 60} minutes (a batch may be committing)")  # fmt: skip
         if self.size_before is None:
             out.append("size not measured on a DuckLake: its catalog and data path hold it")
             return out

@@ -202,6 +202,10 @@ def test_prune_on_the_command_line_prints_what_went(
     for folder, _, names in os.walk(payload_dir(fresh)):  # files just written: a batch may be committing
         for name in names:
             os.utime(os.path.join(folder, name))
+    assert main(["prune", "--db", fresh, "--retain-payloads", "7d", "--dry-run"]) == 0
+    assert "payload file(s) no row would point at would be kept: written in the last 10 minutes" in (
+        capsys.readouterr().out
+    )
     assert main(["prune", "--db", fresh, "--retain-payloads", "7d"]) == 0
     assert "payload file(s) no row points at were kept: written in the last 10 minutes" in capsys.readouterr().out
 
