@@ -39,14 +39,9 @@ class PruneSummary:
     def lines(self) -> list[str]:
         when = [f"rows before {_day(self.rows_before)}", f"payloads before {_day(self.payloads_before)}"]
         if self.dry_run:
-            return self._rehearsed(when)
+            return ["would remove " + ", ".join(when), *self._what_goes(), *self._rehearsed()]
         out = ["removed " + ", ".join(when) + (" (and the oldest, to fit the size cap)" if self.capped else "")]
-        out.append(", ".join(f"{table} {n:,}" for table, n in self.removed.items() if n) or "nothing to remove")
-        if self.payload_files:
-            out.append(f"payload files {self.payload_files:,} ({_mb(self.payload_file_bytes)})")
-        if self.payload_files_young:
-            out.append(f"{self.payload_files_young:,} payload file(s) no row points at were kept: written in the "
-                       f"last {BLOB_GRACE.seconds // 60} minutes (a batch may be committing); the next run removes them")  # fmt: skip
+        out += self._what_goes()
         if self.size_after is None:
             out.append("size not measured on a DuckLake: its catalog and data path hold it")
         elif self.size_before is not None:
@@ -58,18 +53,23 @@ class PruneSummary:
             out.append(f"still over the size cap of {_mb(self.max_bytes)}: {self._why_over()}")
         return out
 
-    def _rehearsed(self, when: list[str]) -> list[str]:
-        out = ["would remove " + ", ".join(when)]
-        out.append(", ".join(f"{table} {n:,}" for table, n in self.removed.items() if n) or "nothing to remove")
+    def _what_goes(self) -> list[str]:
+        """The rows by table and the payload files removed (or, a dry run, that would be)."""
+        out = [", ".join(f"{table} {n:,}" for table, n in self.removed.items() if n) or "nothing to remove"]
         if self.payload_files:
             out.append(f"payload files {self.payload_files:,} ({_mb(self.payload_file_bytes)})")
         if self.payload_files_young:
-            out.append(f"{self.payload_files_young:,} payload file(s) no row would point at would be kept: written "
-                       f"in the last {BLOB_GRACE.seconds // 60} minutes (a batch may be committing)")  # fmt: skip
+            kept = "no row would point at would be kept" if self.dry_run else "no row points at were kept"
+            out.append(f"{self.payload_files_young:,} payload file(s) {kept}: written in the last "
+                       f"{BLOB_GRACE.seconds // 60} minutes (a batch may be committing)"
+                       + ("" if self.dry_run else "; the next run removes them"))  # fmt: skip
+        return out
+
+    def _rehearsed(self) -> list[str]:
+        """A dry run's size, against the cap, and the rewrite it would make."""
         if self.size_before is None:
-            out.append("size not measured on a DuckLake: its catalog and data path hold it")
-            return out
-        out.append(f"store {_mb(self.size_before)} now")
+            return ["size not measured on a DuckLake: its catalog and data path hold it"]
+        out = [f"store {_mb(self.size_before)} now"]
         if self.max_bytes is not None and self.size_before > self.max_bytes:
             out.append(f"over the size cap of {_mb(self.max_bytes)}: after the above, a run removes the oldest "
                        "payloads, then the oldest rows, until the store fits (a dry run does not work out how many)")  # fmt: skip
