@@ -237,10 +237,11 @@ class Receiver:
 
     def rewrite_when_light(self) -> str | None:
         """Rewrite the store's file when worth it (:func:`rewrite_reason`: freed space, calls in
-        small row groups) and the requests coming in meanwhile fit in half the queue; returns what
-        was done or why not (for the log), None when the file needs nothing. Requests that come
-        meanwhile are spooled and answered as ever, and written after it; readers read the old file
-        until the new one takes its name."""
+        small row groups) and the requests coming in meanwhile fit in half the queue, once a minute
+        of the load has been seen (:meth:`Inflow.why_not_now`); returns what was done or why not
+        (for the log), None when the file needs nothing. Requests that come meanwhile are spooled
+        and answered as ever, and written after it; readers read the old file until the new one
+        takes its name."""
         if is_lake(self.config.db):
             return None
         db, wait_s = os.fspath(self.config.db), self.pipeline.store.lock_wait_s
