@@ -43,7 +43,7 @@ from collector.serve.exports import QueueFull
 from collector.serve.grpc_api import make_grpc_server
 from collector.serve.http_api import make_app
 from collector.serve.inflow import Inflow
-from collector.store.compaction import NoRoom, compact_file, rewrite_reason
+from collector.store.compaction import NoRoom, compact_file, survey
 from collector.store.database import Batch, read_progress
 from collector.store.lake import LakeSpec, is_lake, redact
 from collector.worker import BatchWorker
@@ -236,7 +236,7 @@ class Receiver:
         self._worker.paused = value
 
     def rewrite_when_light(self) -> str | None:
-        """Rewrite the store's file when worth it (:func:`rewrite_reason`: freed space, calls in
+        """Rewrite the store's file when worth it (:func:`survey`: freed space, calls in
         small row groups) and the requests coming in meanwhile fit in half the queue, once a minute
         of the load has been seen (:meth:`Inflow.why_not_now`); returns what was done or why not
         (for the log), None when the file needs nothing. Requests that come meanwhile are spooled
@@ -247,7 +247,8 @@ class Receiver:
         db, wait_s = os.fspath(self.config.db), self.pipeline.store.lock_wait_s
         paused, self.paused = self.paused, True  # a batch being written ends; the check waits for it
         try:
-            why = rewrite_reason(db, wait_s=wait_s)
+            looked = survey(db, wait_s=wait_s)
+            why = looked.reason
             if why is None:
                 return None
             took = os.path.getsize(db) / REWRITE_BYTES_PER_S
@@ -257,7 +258,7 @@ class Receiver:
                         "or stop the receiver and run `toolmeter prune`")  # fmt: skip
             start = time.monotonic()
             try:
-                compact_file(db, why, wait_s=wait_s)
+                compact_file(db, wait_s=wait_s, surveyed=looked)
             except NoRoom as e:
                 return str(e)
             return f"rewrote the file in {time.monotonic() - start:,.1f} s: {why}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from typing import NamedTuple
 
 import duckdb
 
@@ -51,18 +52,22 @@ class NoRoom(StoreError):
     """The file's disk has too little free space for the rewritten file beside it."""
 
 
-def rewrite_reason(store: str, *, wait_s: float = 0) -> str | None:
-    """Why the DuckDB file is worth rewriting, or None: a quarter of it or more is free blocks, a
-    quarter or more of its tool calls lie in small row groups (see :data:`SMALL_GROUP_ROWS`), or
-    its large tables still have the primary keys of a file made before they were dropped. Opens
-    it for writing (its log is written into it first; a held file is waited for up to ``wait_s``
+class Survey(NamedTuple):
+    """One look at a DuckDB store file, after its log was written into it."""
+
+    used: int
+    """Bytes in its used blocks: at most what a rewritten file takes."""
+    reason: str | None
+    """Why it is worth rewriting (None: it is not)."""
+
+
+def survey(store: str, *, wait_s: float = 0, groups: bool = True) -> Survey:
+    """Checkpoint the DuckDB file and say whether it is worth rewriting: a quarter of it or more
+    is free blocks, a quarter or more of its tool calls lie in small row groups (see
+    :data:`SMALL_GROUP_ROWS`; looked for only with ``groups``, as it reads the table's storage:
+    ~1 s at 10 million calls), or its large tables still have the primary keys of a file made
+    before they were dropped. Opens it for writing (a held file is waited for up to ``wait_s``
     seconds)."""
-    return _look(store, wait_s, groups=True)[1]
-
-
-def _look(store: str, wait_s: float, *, groups: bool) -> tuple[int, str | None]:
-    """Checkpoint ``store``; its used bytes, and why it is worth rewriting (small row groups
-    looked for only with ``groups``: it reads the table's storage, ~1 s at 10 million calls)."""
     con = connect(store, read_only=False, wait_s=wait_s)
     try:
         con.execute("CHECKPOINT")
@@ -80,12 +85,14 @@ def _look(store: str, wait_s: float, *, groups: bool) -> tuple[int, str | None]:
     if keyed and keyed[0]:
         reasons.append("its large tables had the primary keys of an older version")
     used = (row[1] - row[2]) * row[0] if row else os.path.getsize(store)
-    return used, "; ".join(reasons) or None
+    return Survey(used, "; ".join(reasons) or None)
 
 
-def compact_file(store: str, reason: str | None = None, *, wait_s: float = 0) -> str | None:
-    """Rewrite the DuckDB file when it is worth it (:func:`rewrite_reason`) or ``reason`` is given:
-    returns why, or None when it was not rewritten.
+def compact_file(
+    store: str, reason: str | None = None, *, wait_s: float = 0, surveyed: Survey | None = None
+) -> str | None:
+    """Rewrite the DuckDB file when it is worth it (:func:`survey`; ``surveyed``, one just made) or
+    ``reason`` is given: returns why, or None when it was not rewritten.
 
     The new file is made from the current schema and the rows copied into it, in DuckDB's full
     row groups, so a rewrite also drops old keys (see ``schema.sql``). No writer may write
@@ -96,7 +103,7 @@ def compact_file(store: str, reason: str | None = None, *, wait_s: float = 0) ->
         NoRoom: the disk could not hold the new file beside the old one (nothing was written).
         StoreError: the rewrite failed; the store is unchanged and the partial new file removed.
     """
-    used, why = _look(store, wait_s, groups=reason is None)
+    used, why = surveyed or survey(store, wait_s=wait_s, groups=reason is None)
     reason = reason or why
     if reason is None:
         return None

@@ -37,7 +37,7 @@ from collector.config import DEFAULT_RETAIN, DEFAULT_RETAIN_PAYLOADS
 from collector.errors import InputError
 from collector.store import lake as L
 from collector.store import rollup
-from collector.store.compaction import NoRoom, checkpoint, compact_file, rewrite_reason
+from collector.store.compaction import NoRoom, checkpoint, compact_file, survey
 from collector.store.connection import connect
 from collector.store.database import Store
 from collector.store.payloads import blob_id_of, payload_files
@@ -90,7 +90,7 @@ def prune(
     if kept is not None:  # a dry run
         if not lake:
             summary.payload_files, summary.payload_file_bytes = _remove_unreferenced_blobs(store, summary, kept)
-            summary.compacted = rewrite_reason(store) if compact else None
+            summary.compacted = survey(store).reason if compact else None
         return summary
     if not lake:
         summary.payload_files, summary.payload_file_bytes = _remove_unreferenced_blobs(store, summary)
@@ -100,7 +100,7 @@ def prune(
     if not lake:
         # last, after the record is written: a rewrite also takes in what the record added
         summary.compacted = _rewrite(store, summary, summary.compacted) if compact else None
-        if not summary.compacted:
+        if not compact:  # a rewrite, done or not, wrote the log into the file first
             checkpoint(store)
         after = _Sizes.of(store)
         summary.size_after, summary.calls_after = after.total, after.calls
