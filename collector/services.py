@@ -8,12 +8,14 @@ import argparse
 import contextlib
 import faulthandler
 import importlib.util
+import logging
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +133,9 @@ SECOND_RETENTION_S = 120.0
 (:meth:`Receiver.rewrite_when_light`) waits for a minute of the load to be seen."""
 SIGNAL_CHECK_S = 0.25
 """How often ``serve``'s main thread wakes to run a signal handler another thread received."""
+JOB_STOP_WAIT_S = 10.0
+"""How long a stopping ``serve`` waits, once its queue is written, for the run under way of a
+periodic job (the alert rules, retention, a rewrite, lake maintenance) to end."""
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -162,41 +167,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     running = RunningReceiver(config, rc)
     running.receiver.start_background_work()
-    watcher = threading.Thread(
-        target=run_watch,
-        args=(
-            config.db,
-            args.rules,
-            config_module.webhook_url(args.webhook),
-            args.watch_interval,
-            stop,
-        ),
-        name="toolmeter-watch",
-        daemon=True,
-    )
-    watcher.start()
-    if args.maintain_every:
-        if not is_lake(config.db):
-            raise InputError("--maintain-every is for DuckLake stores ('ducklake:...'); a DuckDB file needs none")
-        from collector.store.maintenance import maintain
-
-        threading.Thread(
-            target=_periodically, name="toolmeter-lake-maintenance", daemon=True,
-            args=("lake maintenance", lambda: maintain(config.db).lines()[:3], parse_duration(args.maintain_every),
-                  stop, False),
-        ).start()  # fmt: skip
-    from collector.store.retention import prune
-
-    retention = retention_of(args)
-
-    def upkeep() -> list[str]:
-        return prune(config.db, retention).lines() + ([] if args.no_compact else _rewrite(running.receiver))
-
-    # at start too, and again soon after: a rewrite of the file waits until the load is known
-    threading.Thread(
-        target=_periodically, name="toolmeter-retention", daemon=True,
-        args=("retention", upkeep, parse_duration(args.prune_every), stop, True, SECOND_RETENTION_S),
-    ).start()  # fmt: skip
+    jobs = _jobs(args, config, running.receiver, stop)
+    for job in jobs:
+        job.start()
     grpc_note = f", OTLP/gRPC on {rc.host}:{running.grpc_port}" if running.grpc_port else ""
     print(f"toolmeter receiving OTLP/HTTP on {running.url}{grpc_note}; store {redact(config.db)}", flush=True)
     print(f"point agents at it: OTEL_EXPORTER_OTLP_ENDPOINT={running.url}", flush=True)
@@ -208,9 +181,71 @@ def cmd_serve(args: argparse.Namespace) -> int:
             pass
     print("stopping: writing what is queued ...", flush=True)
     stop.set()
+    return _stopped(running, jobs)
+
+
+def _jobs(
+    args: argparse.Namespace, config: CollectorConfig, receiver: Any, stop: threading.Event
+) -> list[threading.Thread]:
+    """``serve``'s periodic jobs, not started: alert rules, lake maintenance if asked, retention."""
+    jobs = [threading.Thread(
+        target=run_watch, name="toolmeter-watch", daemon=True,
+        args=(config.db, args.rules, config_module.webhook_url(args.webhook), args.watch_interval, stop),
+    )]  # fmt: skip
+    if args.maintain_every:
+        if not is_lake(config.db):
+            raise InputError("--maintain-every is for DuckLake stores ('ducklake:...'); a DuckDB file needs none")
+        from collector.store.maintenance import maintain
+
+        jobs.append(threading.Thread(
+            target=_periodically, name="toolmeter-lake-maintenance", daemon=True,
+            args=("lake maintenance", lambda: maintain(config.db).lines()[:3], parse_duration(args.maintain_every),
+                  stop, False),
+        ))  # fmt: skip
+    from collector.store.retention import prune
+
+    retention = retention_of(args)
+
+    def upkeep() -> list[str]:
+        return prune(config.db, retention).lines() + ([] if args.no_compact else _rewrite(receiver))
+
+    # at start too, and again soon after: a rewrite of the file waits until the load is known
+    jobs.append(threading.Thread(
+        target=_periodically, name="toolmeter-retention", daemon=True,
+        args=("retention", upkeep, parse_duration(args.prune_every), stop, True, SECOND_RETENTION_S),
+    ))  # fmt: skip
+    return jobs
+
+
+def _stopped(running: Any, jobs: list[threading.Thread]) -> int:
+    """Write what is queued and stop the receiver, then let the jobs end their runs."""
     running.stop()
-    watcher.join(timeout=30)
+    busy = stop_jobs(jobs, JOB_STOP_WAIT_S)
+    if busy:
+        print(
+            f"toolmeter: stopped without waiting longer for {', '.join(busy)} ({JOB_STOP_WAIT_S:.0f} s): what its run "
+            "had not committed is not in the store, and is done again by its next run",
+            file=sys.stderr,
+            flush=True,
+        )
+        # not through the interpreter's shutdown: a thread still inside DuckDB then would be unwound
+        # by pthread_exit through DuckDB's C++ frames when it next takes the GIL, which aborts the
+        # process ("terminate called without an active exception", status 134). Ending here is what
+        # a kill does, which the store survives: its transactions are atomic, and a rewrite's
+        # unfinished file is removed by the next one
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(0)
     return 0
+
+
+def stop_jobs(jobs: list[threading.Thread], wait_s: float) -> list[str]:
+    """Wait up to ``wait_s`` seconds in all for the periodic jobs' threads, told to stop, to end
+    (each after its run under way); returns the names of those still running."""
+    deadline = time.monotonic() + wait_s
+    for job in jobs:
+        job.join(timeout=max(0.0, deadline - time.monotonic()))
+    return [job.name.removeprefix("toolmeter-") for job in jobs if job.is_alive()]
 
 
 def _rewrite(receiver: Any) -> list[str]:

@@ -107,6 +107,13 @@ def compact_file(
     reason = reason or why
     if reason is None:
         return None
+    fresh = store + ".compact.tmp"
+    try:
+        os.remove(fresh)  # left by a rewrite that was killed: before the room is measured, which it takes
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise StoreError(f"cannot rewrite {store}: {fresh} is in the way ({e}); move it elsewhere") from e
     folder = os.path.dirname(os.path.abspath(store))
     free = shutil.disk_usage(folder).free
     if free < used + ROOM_BYTES:
@@ -115,13 +122,6 @@ def compact_file(
             f"has {free / 1e6:,.0f} MB free (of which {ROOM_BYTES / 2**20:,.0f} MiB stay free, for the spool and "
             "DuckDB's log); free some space there: the next `toolmeter prune` or retention run of `serve` tries again"
         )
-    fresh = store + ".compact.tmp"
-    try:
-        os.remove(fresh)  # left by a rewrite that was killed
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        raise StoreError(f"cannot rewrite {store}: {fresh} is in the way ({e}); move it elsewhere") from e
     con = duckdb.connect()
     try:
         con.execute("SET enable_progress_bar = false")  # DuckDB draws one on stderr for a statement over 2 s

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -594,3 +595,68 @@ def test_a_periodic_job_of_serve_that_fails_in_any_way_is_said_and_run_again(
     said = capsys.readouterr()
     assert "toolmeter retention failed (will try again): OSError: a folder in the way" in said.err
     assert "toolmeter retention: ran" in said.out and len(runs) == 2
+
+
+def test_periodic_jobs_told_to_stop_are_waited_for_up_to_a_bound() -> None:
+    import threading
+
+    from collector.services import stop_jobs
+
+    stop, stuck = threading.Event(), threading.Event()
+    ends_its_run = threading.Thread(target=lambda: stop.wait(60) and time.sleep(0.2), name="toolmeter-retention")
+    never_ends = threading.Thread(target=stuck.wait, name="toolmeter-watch", daemon=True)
+    for job in (ends_its_run, never_ends):
+        job.start()
+    stop.set()
+    started = time.monotonic()
+    assert stop_jobs([ends_its_run, never_ends], wait_s=1.0) == ["watch"]
+    assert 1.0 <= time.monotonic() - started < 5, "one bound for all the jobs, not one each"
+    assert not ends_its_run.is_alive(), "a run under way is waited for"
+    stuck.set()
+
+
+def test_serve_stopped_during_a_retention_run_lets_it_end_and_exits_cleanly(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    import duckdb
+
+    from collector.store.database import Store
+
+    db = str(tmp_path / "old.duckdb")
+    Store(db).ensure_schema()
+    with duckdb.connect(db) as con:  # its first retention run takes seconds: rounds of removing the oldest to fit
+        con.execute("""
+            INSERT INTO tool_calls BY NAME
+            SELECT lpad(to_hex(i // 10), 32, '0') AS trace_id, lpad(to_hex(i), 16, '0') AS span_id,
+                   'tool' || (i % 5) AS tool_name, 'gen_ai' AS dialect, 'test' AS source,
+                   1763000000000000000 + i * 6000000000 AS start_ns, 1763000000000000000 + i * 6000000000 + 1 AS end_ns,
+                   make_timestamp((1763000000000000000 + i * 6000000000) // 1000) AS start_time,
+                   'ok' AS status, 'o200k_base' AS encoding, i % 977 AS view_tokens, i % 1999 AS raw_tokens
+            FROM range(250000) t(i)""")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "collector", "serve", "--db", db, "--port", "0", "--grpc-port", "0", "--retain",
+         "forever", "--max-size", "1MB", "--no-compact"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    said = []
+    for line in proc.stdout:
+        said.append(line)
+        if "receiving OTLP/HTTP" in line:  # the retention's first run has just started
+            proc.send_signal(signal.SIGTERM)
+            break
+    try:
+        said += proc.stdout.readlines()
+        proc.wait(timeout=120)
+    finally:
+        proc.kill()
+        proc.stdout.close()
+    out = "".join(said)
+    assert proc.returncode == 0, out
+    assert "Fatal Python error" not in out and "terminate called" not in out, out
+    assert out.index("stopping: writing what is queued") < out.index("toolmeter retention: removed rows before "), out
+    assert "(and the oldest, to fit the size cap)" in out, out
+    with read_connection(db) as con:
+        assert con.execute("SELECT count(*) FROM tool_calls").fetchone()[0] < 60_000  # type: ignore[index]

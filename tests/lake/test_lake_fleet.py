@@ -58,6 +58,8 @@ class Host:
     proc: subprocess.Popen[bytes] | None = None
     refusals: list[str] = field(default_factory=list)
     """What the receiver answered to each refused or failed attempt, for a failing test's message."""
+    options: tuple[str, ...] = ()
+    """More options of its ``serve``."""
 
     @property
     def log(self) -> Path:
@@ -74,7 +76,7 @@ class Host:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "collector", "serve", "--db", self.lake.uri, "--port", str(self.port),
-                 "--grpc-port", "0"],
+                 "--grpc-port", "0", *self.options],
                 stdout=log, stderr=subprocess.STDOUT, env=env,
             )  # fmt: skip
         deadline = time.monotonic() + 120
@@ -360,3 +362,65 @@ def test_sigterm_during_an_outage_exits_promptly_and_the_next_start_writes_the_s
     assert sorted(stored) == sorted(set(acked)) and len(acked) == 9
     for log in (host.log, again.log):  # the spool replay's line names the lake without its password
         assert re.search(r"password=(?!\*\*\*)", log.read_text()) is None
+
+
+DAY_NS = 86_400 * 10**9
+
+
+def _dated(doc: dict, start_ns: int) -> dict:  # type: ignore[type-arg]
+    """``doc``'s spans moved to start at ``start_ns``, as far apart as they were."""
+    spans = doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    first = min(int(s["startTimeUnixNano"]) for s in spans)
+    for s in spans:
+        for key in ("startTimeUnixNano", "endTimeUnixNano"):
+            s[key] = str(int(s[key]) - first + start_ns)
+    return doc
+
+
+def test_receivers_pruning_one_lake_while_they_write_keep_every_new_span_once(
+    lake: Lake, hosts: list[Host], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(L.STATE_DIR_ENV, str(lake.state_dir))
+    monkeypatch.setenv(L.DATA_PATH_ENV, str(lake.data_path))
+    now_ns = time.time_ns()
+    old: list[str] = []
+    files = []
+    for n in range(30):  # sixty days ago and after, two a day
+        doc = _dated(otlp(*_trace(9, n)), now_ns - 60 * DAY_NS + n * DAY_NS // 2)
+        old += _tool_ids(doc["resourceSpans"][0]["scopeSpans"][0]["spans"])
+        (tmp_path / f"old{n}.json").write_text(json.dumps(doc))
+        files.append(str(tmp_path / f"old{n}.json"))
+    ingest_files(files, CollectorConfig(db=lake.uri))
+    L.close_all()
+    # each applies the retention every second, at the same time as the others and as the writes
+    hosts += [Host(lake, f"host{i}", tmp_path / f"host{i}", options=("--retain", "30d", "--prune-every", "1s"))
+              for i in range(3)]  # fmt: skip
+    for h in hosts:
+        h.start()
+    acked: list[str] = []
+    lock = threading.Lock()
+
+    def agent(i: int) -> None:
+        for n in range(40):
+            doc = _dated(otlp(*_trace(i, n)), now_ns - 3600 * 10**9)
+            if hosts[i].send(json.dumps(doc).encode()):
+                with lock:
+                    acked.extend(_tool_ids(doc["resourceSpans"][0]["scopeSpans"][0]["spans"]))
+            time.sleep(0.1)
+
+    threads = [threading.Thread(target=agent, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    time.sleep(2)  # more retention runs, on a lake with nothing left to remove
+    for h in hosts:
+        h.stop()
+    logs = "".join(h.log.read_text() for h in hosts)
+    assert [h.proc.returncode for h in hosts if h.proc] == [0, 0, 0], logs[-3000:]
+    stored = _wait_for(lake.uri, set(acked))
+    assert len(acked) == 3 * 40 * 3
+    assert len(stored) == len(set(stored)) == len(acked), "each acknowledged span exactly once"
+    assert set(stored) == set(acked), "none of the new ones pruned, none of the old ones left"
+    assert logs.count("tool_calls 90") == 1, "one receiver removed the old calls; the others found them gone"
+    assert logs.count("toolmeter retention: ") >= 3 * 5 and "retention failed" not in logs, logs[-3000:]
