@@ -73,7 +73,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     )
     if summary.tool_calls and not args.no_alerts:
         # the alert a user expects after loading traces (the demo shows one) exists only once evaluated
-        from collector.alerts.detection import evaluate
+        from collector.alerts.evaluation import evaluate
         from collector.alerts.rules import load_rules
 
         new = evaluate(config.db, load_rules(args.rules))
@@ -221,7 +221,7 @@ def _parse_since(text: str | None) -> datetime | None:
 
 
 def cmd_alerts(args: argparse.Namespace) -> int:
-    from collector.alerts.detection import evaluate, list_alerts, set_state
+    from collector.alerts.evaluation import evaluate, list_alerts, set_state
     from collector.alerts.rules import load_rules
 
     if args.ack or args.resolve:

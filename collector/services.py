@@ -92,7 +92,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"loading {len(files)} sample trace file(s) into {redact(args.db)} ...", flush=True)
     summary = ingest_files(files, config)
     print(f"{summary.tool_calls} tool calls, {summary.llm_calls} LLM calls measured\n")
-    from collector.alerts.detection import evaluate
+    from collector.alerts.evaluation import evaluate
     from collector.alerts.rules import Rules
 
     for alert in evaluate(args.db, Rules()):
@@ -278,15 +278,20 @@ def _periodically(
         wait_s = every_s
 
 
-def run_watch(db: str, rules_path: str | None, webhook: str | None, interval: float, stop: threading.Event) -> None:
-    """Evaluate the rules (and deliver) every ``interval`` seconds until ``stop`` is set."""
-    from collector.alerts.detection import evaluate
+def run_watch(
+    db: str, rules_path: str | None, webhook: str | None, interval: float, stop: threading.Event, once: bool = False
+) -> None:
+    """Evaluate the rules (and deliver) every ``interval`` seconds until ``stop`` is set (which
+    ends an evaluation under way too), or ``once``."""
+    from collector.alerts.evaluation import evaluate
+    from collector.alerts.memo import Memo
     from collector.alerts.rules import load_rules
 
     rules = load_rules(rules_path)
+    memo = Memo()  # the windows of one evaluation whose calls did not change, for the next
     while True:
         try:
-            for alert in evaluate(db, rules):
+            for alert in evaluate(db, rules, None if once else stop, memo):
                 print(alert.summary, flush=True)
             if webhook:
                 from collector.alerts.webhook import deliver_pending
@@ -294,7 +299,7 @@ def run_watch(db: str, rules_path: str | None, webhook: str | None, interval: fl
                 deliver_pending(db, webhook)
         except ToolmeterError as e:
             print(f"toolmeter watch: {e}", file=sys.stderr, flush=True)
-        if stop.wait(interval):
+        if once or stop.wait(interval):
             return
 
 
@@ -303,9 +308,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
     load_rules(args.rules)  # a bad rules file fails now, with its line and key
     stop = threading.Event()
-    if args.once:
-        stop.set()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with contextlib.suppress(KeyboardInterrupt):
-        run_watch(args.db, args.rules, config_module.webhook_url(args.webhook), args.interval, stop)
+        run_watch(args.db, args.rules, config_module.webhook_url(args.webhook), args.interval, stop, args.once)
     return 0

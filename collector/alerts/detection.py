@@ -23,18 +23,17 @@ resolved) and delivery are kept.
 from __future__ import annotations
 
 import hashlib
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
-from typing import Any, TypeVar
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
-import pyarrow as pa
 
 from collector.alerts.rules import Rule, Rules
-from collector.errors import InputError, StoreError
-from collector.store.connection import connect, read_connection, rows_as_dicts
-from collector.store.lake import is_lake
+
+if TYPE_CHECKING:
+    from collector.alerts.memo import Memo
 
 CONFIRM_SHARE = 0.6
 """Share of the window after a change that the new fingerprint must hold."""
@@ -228,11 +227,22 @@ def _midnight(d: date) -> datetime:
     return datetime(d.year, d.month, d.day)
 
 
-def detect(con: duckdb.DuckDBPyConnection, rules: Rules, tools: list[str] | None = None) -> list[Alert]:
-    """Every alert the rules raise on the store's history."""
-    names = tools or [r[0] for r in con.execute("SELECT DISTINCT tool_name FROM tool_calls ORDER BY 1").fetchall()]
+def tools_of(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The tools the store has calls of."""
+    return [r[0] for r in con.execute("SELECT DISTINCT tool_name FROM tool_calls ORDER BY 1").fetchall()]
+
+
+def detect(
+    con: duckdb.DuckDBPyConnection, rules: Rules, tools: list[str] | None = None, memo: Memo | None = None
+) -> list[Alert]:
+    """Every alert the rules raise on the store's history (``memo``: the envelopes of windows
+    whose calls did not change since the last evaluation)."""
+    from collector.alerts.memo import windows  # it builds on this module's Envelope
+
+    names = tools or tools_of(con)
     alerts: list[Alert] = []
     for tool in names:
+        env = windows(con, memo, ("tool", tool), "tool_name = ?", [tool], partial(envelope, con, tool)).envelope
         rule = rules.for_tool(tool)
         window = timedelta(days=rule.window_days)
         days = _daily(con, tool)
@@ -246,7 +256,7 @@ def detect(con: duckdb.DuckDBPyConnection, rules: Rules, tools: list[str] | None
                 share, n = _share(con, tool, fp, at, at + window)
                 if share >= CONFIRM_SHARE and n >= 1:
                     change_days.add(day)
-                    before, after = envelope(con, tool, at - window, at), envelope(con, tool, at, at + window)
+                    before, after = env(at - window, at), env(at, at + window)
                     findings = compare(before, after, rule)
                     if findings:
                         alerts.append(Alert(
@@ -266,7 +276,7 @@ def detect(con: duckdb.DuckDBPyConnection, rules: Rules, tools: list[str] | None
             fired = None
             if not any(abs((day - c).days) < rule.window_days for c in change_days):
                 at = _midnight(day)
-                before, after = envelope(con, tool, at - window, at), envelope(con, tool, at, at + window)
+                before, after = env(at - window, at), env(at, at + window)
                 findings = compare(before, after, rule)
                 if findings:
                     score = (after.view_tokens_p50 or 0) / (before.view_tokens_p50 or 1)
@@ -308,87 +318,3 @@ def _growth_alert(
     at = _midnight(day)
     examples = {"before": _examples(con, tool, at - window, at), "after": _examples(con, tool, at, at + window)}
     return Alert(_alert_id(tool, "growth", day), tool, "growth", at, findings, before, after, {}, examples)
-
-
-# --- storing and listing ----------------------------------------------------------------------
-
-
-def _row(alert: Alert) -> list[Any]:
-    first = alert.findings[0]
-    evidence = {
-        "rule_findings": [asdict(f) | {"ratio": f.ratio} for f in alert.findings],
-        "before": asdict(alert.before),
-        "after": asdict(alert.after),
-        "schema": alert.schema,
-        "examples": alert.examples,
-        "tools_grew": alert.tools_grew,
-    }
-    return [alert.alert_id, alert.tool_name, alert.kind, alert.change_at, first.metric, first.before, first.after,
-            first.ratio, alert.summary, json.dumps(evidence, default=str), alert.service]  # fmt: skip
-
-
-_ALERT_SCHEMA = pa.schema([
-    ("alert_id", pa.string()), ("tool_name", pa.string()), ("kind", pa.string()), ("change_at", pa.timestamp("us")),
-    ("metric", pa.string()), ("before_value", pa.float64()), ("after_value", pa.float64()), ("ratio", pa.float64()),
-    ("summary", pa.string()), ("evidence", pa.string()), ("service_name", pa.string()),
-])  # fmt: skip
-_ALERT_COLUMNS = tuple(_ALERT_SCHEMA.names)
-
-
-def evaluate(db_path: str, rules: Rules) -> list[Alert]:
-    """Detect alerts and store the new ones; returns the ones that were new."""
-    from collector.alerts.runs import detect_run_growth  # it builds on this module's parts
-
-    with read_connection(db_path) as con:
-        found = detect(con, rules) + detect_run_growth(con, rules)
-    if not found:
-        return []
-    con = connect(db_path, read_only=False, wait_s=30)
-    try:
-        existing = {r[0] for r in con.execute("SELECT alert_id FROM alerts").fetchall()}
-        new = [a for a in found if a.alert_id not in existing]
-        if new:
-            verb = "INSERT" if is_lake(db_path) else "INSERT OR IGNORE"  # a lake has no keys; `new` is new
-            table = pa.table({name: [row[i] for row in map(_row, new)] for i, name in enumerate(_ALERT_COLUMNS)},
-                             schema=_ALERT_SCHEMA)  # fmt: skip
-            con.register("new_alerts", table)
-            try:
-                con.execute(
-                    f"""{verb} INTO alerts ({", ".join(_ALERT_COLUMNS)}, state, detected_at, delivery_attempts)
-                        SELECT *, 'open', now()::TIMESTAMP, 0 FROM new_alerts"""
-                )
-            finally:
-                con.unregister("new_alerts")
-        return new
-    except duckdb.Error as e:
-        raise StoreError(f"cannot store alerts in {db_path}: {e}") from e
-    finally:
-        con.close()
-
-
-def list_alerts(db_path: str, since: datetime | None = None) -> list[dict[str, Any]]:
-    """Stored alerts, newest change first."""
-    with read_connection(db_path) as con:
-        cur = con.execute(
-            "SELECT * FROM alerts WHERE ? IS NULL OR change_at >= ? "
-            "ORDER BY change_at DESC, tool_name, kind = 'run_growth', kind",
-            [since, since],
-        )
-        rows = rows_as_dicts(cur)
-    for row in rows:
-        if isinstance(row.get("evidence"), str):
-            row["evidence"] = json.loads(row["evidence"])
-    return rows
-
-
-def set_state(db_path: str, alert_id: str, state: str) -> None:
-    """Acknowledge or resolve an alert."""
-    if state not in ("open", "acknowledged", "resolved"):
-        raise InputError(f"state={state!r}: use open, acknowledged or resolved")
-    con = connect(db_path, read_only=False, wait_s=30)
-    try:
-        n = con.execute("UPDATE alerts SET state = ? WHERE alert_id = ?", [state, alert_id]).fetchone()
-        if not n or not n[0]:
-            raise InputError(f"no alert {alert_id!r} in {db_path}")
-    finally:
-        con.close()

@@ -12,27 +12,53 @@ tool that grew most as ``tool_name``, the service as ``service_name``).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from datetime import date, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import duckdb
 
 from collector.alerts.detection import Alert, Envelope, Finding, _alert_id, _midnight, episodes
-from collector.alerts.rules import Rules
+from collector.alerts.memo import Memo, Read, windows
+from collector.alerts.rules import Rule, Rules
 from collector.query.runs import NO_SERVICE, service_runs_sql
+from collector.store.reach import TRACE_HORIZON_NS
 
 KIND = "run_growth"
+TRACE_HORIZON = timedelta(microseconds=TRACE_HORIZON_NS // 1000)
+"""How long after a run's start its calls are expected (as the window cost's count assumes)."""
 
 _RUNS = service_runs_sql()
 
 
-def _envelope(con: duckdb.DuckDBPyConnection, service: str, start: datetime, end: datetime) -> Envelope:
+_SERVICE_RUNS = "toolmeter_service_runs"
+"""The runs of the service being evaluated, read once (see :func:`_runs_of`)."""
+
+
+@contextlib.contextmanager
+def _runs_of(con: duckdb.DuckDBPyConnection, service: str) -> Iterator[None]:
+    """The service's runs, read from ``tool_calls`` once and queried as :data:`_SERVICE_RUNS` for
+    every window: grouping its calls by trace for each window read all of them each time, which
+    grew with the days times the calls (~4 s at a million calls over 70 days, minutes at ten)."""
+    runs = con.execute(f"SELECT started, result_tokens, raw_tokens, window_cost_tokens FROM ({_RUNS})",
+                       [service]).to_arrow_table()  # fmt: skip
+    con.register(_SERVICE_RUNS, runs)
+    try:
+        yield
+    finally:
+        con.unregister(_SERVICE_RUNS)
+
+
+def _envelope(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime) -> Envelope:
+    """The runs :func:`_runs_of` read that started in [start, end)."""
     row = con.execute(
         f"""SELECT count(*), quantile_cont(result_tokens, 0.5), quantile_cont(result_tokens, 0.95),
                    quantile_cont(result_tokens, 0.99), quantile_cont(raw_tokens, 0.5),
                    quantile_cont(raw_tokens, 0.95), quantile_cont(raw_tokens, 0.99), avg(window_cost_tokens)
-            FROM ({_RUNS}) WHERE started >= ? AND started < ?""",
-        [service, start, end],
+            FROM {_SERVICE_RUNS} WHERE started >= ? AND started < ?""",
+        [start, end],
     ).fetchone()
     assert row is not None
     n, v50, v95, v99, r50, r95, r99, cost = row
@@ -83,35 +109,50 @@ def _alert(con: duckdb.DuckDBPyConnection, service: str, best: tuple[float, date
                  examples, service=service, tools_grew=grew[:10])  # fmt: skip
 
 
-def detect_run_growth(con: duckdb.DuckDBPyConnection, rules: Rules) -> list[Alert]:
-    """Every run-size alert the rules raise on the store's history."""
-    services = [r[0] for r in con.execute(
+def services_of(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The services of the store's runs."""
+    return [r[0] for r in con.execute(
         f"SELECT DISTINCT coalesce(service_name, '{NO_SERVICE}') FROM tool_calls ORDER BY 1").fetchall()]  # fmt: skip
+
+
+def detect_run_growth(
+    con: duckdb.DuckDBPyConnection, rules: Rules, services: list[str] | None = None, memo: Memo | None = None
+) -> list[Alert]:
+    """Every run-size alert the rules raise on the store's history (of ``services``, or all;
+    ``memo``: as :func:`collector.alerts.detection.detect`'s)."""
     alerts: list[Alert] = []
-    for service in services:
+    for service in services_of(con) if services is None else services:
         rule = rules.for_service(service)
         if rule.p99_run_ratio is None and rule.p50_run_ratio is None:
             continue
-        window = timedelta(days=rule.window_days)
-        days = [r[0] for r in con.execute(
-            f"SELECT DISTINCT started::DATE FROM ({_RUNS}) ORDER BY 1", [service]).fetchall()]  # fmt: skip
-        fired_by_day: list[tuple[date, tuple[float, date, Finding, Envelope, Envelope] | None]] = []
-        for day in days[1:]:
-            at = _midnight(day)
-            before, after = _envelope(con, service, at - window, at), _envelope(con, service, at, at + window)
-            fired = None
-            if before.calls >= rule.min_calls and after.calls >= rule.min_calls:
-                findings = [
-                    Finding(metric, float(b), float(a), f"x{threshold:g}")
-                    for metric, b, a, threshold in (
-                        ("run_tokens_p99", before.view_tokens_p99, after.view_tokens_p99, rule.p99_run_ratio),
-                        ("run_tokens_p50", before.view_tokens_p50, after.view_tokens_p50, rule.p50_run_ratio),
-                    )
-                    if threshold is not None and b and a is not None and a / b >= threshold
-                ]
-                if findings:
-                    score = (after.view_tokens_p50 or 0) / (before.view_tokens_p50 or 1)
-                    fired = (score, day, findings[0], before, after)
-            fired_by_day.append((day, fired))
-        alerts += [_alert(con, service, best, window) for best in episodes(fired_by_day)]
+        # a run's calls come after its start: its size can change for a day after a window ends
+        env = windows(con, memo, ("runs", service), f"coalesce(service_name, '{NO_SERVICE}') = ?", [service],
+                      partial(_envelope, con), reach=TRACE_HORIZON).envelope  # fmt: skip
+        with _runs_of(con, service):
+            alerts += _service_alerts(con, service, rule, env)
     return alerts
+
+
+def _service_alerts(con: duckdb.DuckDBPyConnection, service: str, rule: Rule, env: Read) -> list[Alert]:
+    """The run-size alerts of ``service``, whose runs :func:`_runs_of` read."""
+    window = timedelta(days=rule.window_days)
+    days = [r[0] for r in con.execute(f"SELECT DISTINCT started::DATE FROM {_SERVICE_RUNS} ORDER BY 1").fetchall()]
+    fired_by_day: list[tuple[date, tuple[float, date, Finding, Envelope, Envelope] | None]] = []
+    for day in days[1:]:
+        at = _midnight(day)
+        before, after = env(at - window, at), env(at, at + window)
+        fired = None
+        if before.calls >= rule.min_calls and after.calls >= rule.min_calls:
+            findings = [
+                Finding(metric, float(b), float(a), f"x{threshold:g}")
+                for metric, b, a, threshold in (
+                    ("run_tokens_p99", before.view_tokens_p99, after.view_tokens_p99, rule.p99_run_ratio),
+                    ("run_tokens_p50", before.view_tokens_p50, after.view_tokens_p50, rule.p50_run_ratio),
+                )
+                if threshold is not None and b and a is not None and a / b >= threshold
+            ]
+            if findings:
+                score = (after.view_tokens_p50 or 0) / (before.view_tokens_p50 or 1)
+                fired = (score, day, findings[0], before, after)
+        fired_by_day.append((day, fired))
+    return [_alert(con, service, best, window) for best in episodes(fired_by_day)]

@@ -76,8 +76,9 @@ import duckdb
 from collector import config as config_module
 from collector.alerts.message import alert_payload
 from collector.errors import ConfigError, StoreError
-from collector.store.connection import LOCK_RETRY_SECONDS, connect, rows_as_dicts
+from collector.store.connection import connect, rows_as_dicts
 from collector.store.lake import LakeSpec, is_lake
+from collector.store.waiting import LOCK_RETRY_SECONDS
 
 logger = logging.getLogger("toolmeter")
 

@@ -2,8 +2,8 @@
 
 DuckDB lets one process hold a database file for writing, and while it does, no other
 process can open it, not even read-only. So every opener here retries while the file is
-locked, for up to ``wait_s`` seconds (:func:`connect`), and callers keep a file open only
-for as long as they need it. A lake has no such lock: the process keeps it attached and
+locked, for up to ``wait_s`` seconds (:func:`connect`; :mod:`collector.store.waiting`), and
+callers keep a file open only for as long as they need it. A lake has no such lock: the process keeps it attached and
 each use gets a cursor (:mod:`collector.store.lake`).
 
 Use :func:`read_connection` for reading and :func:`connect` plus :func:`transaction` for
@@ -16,8 +16,7 @@ import contextlib
 import os
 import random
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import duckdb
@@ -26,37 +25,7 @@ from collector.errors import StoreError
 from collector.store import lake as L
 from collector.store.extensions import sql_literal
 from collector.store.schema import date_old_payloads, lake_schema_sql
-
-LOCK_RETRY_SECONDS = 30.0
-"""How long a writer or reader waits for another process to release the file."""
-LOCK_RETRY_MAX_PAUSE_S = 0.05
-"""The longest pause between two tries of a locked file (from 10 ms, doubling). A try costs
-~0.25 ms of CPU here, so waiting out a writer costs at most ~0.5 % of a core; a read gets in
-within 50 ms of the writer letting go (with 250 ms, in one-off timelines of ``bench_peers.py``'s
-workload, its last write became queryable 0.01-0.22 s after the writer let go)."""
-
-
-class WriteAbandoned(StoreError):
-    """A retry (a locked file, a failed lake commit) was given up because shutdown was asked for.
-
-    Nothing of the batch is stored. A receiver still has it in its spool and writes it at
-    its next start, so shutting down does not wait out a lock or a catalog outage.
-    """
-
-
-def pause(delay: float, stop: threading.Event | None, waiting_for: str) -> None:
-    """Sleep ``delay`` seconds before a retry, or raise :class:`WriteAbandoned` once ``stop`` is set.
-
-    ``waiting_for`` says what the retry waits for, for the message.
-    """
-    if stop is None:
-        time.sleep(delay)
-        return
-    if stop.wait(delay):
-        raise WriteAbandoned(
-            f"store write abandoned at shutdown while waiting for {waiting_for}; nothing of the batch "
-            "was stored (a receiver keeps it in its spool and writes it at its next start)"
-        )
+from collector.store.waiting import LOCK_RETRY_SECONDS, WriteAbandoned, let_waiting_in, pause, retry_locked, waiting_for
 
 
 def rows_as_dicts(cur: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
@@ -80,14 +49,6 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConne
             con.execute("ROLLBACK")
         raise
     con.execute("COMMIT")
-
-
-def _is_lock_error(e: Exception) -> bool:
-    text = str(e)
-    # the last: this process has the file open already, through another connection (a writer
-    # attaches it with its own row-group size, so it never shares DuckDB's instance cache); it
-    # is waited out like another process's lock
-    return "Could not set lock" in text or "Conflicting lock" in text or "Unique file handle conflict" in text
 
 
 ROW_GROUP_ROWS = 8_192
@@ -161,7 +122,7 @@ def attach_for_writing(
         _attach(host, path)
         return host
 
-    return _retry_locked(path, attached, wait_s, stop)
+    return retry_locked(path, attached, wait_s, stop)
 
 
 def detach(host: duckdb.DuckDBPyConnection) -> None:
@@ -191,29 +152,8 @@ def connect(
     if L.is_lake(path):
         return _lake_connect(path, create=not read_only, stop=stop)
     if read_only:
-        return _retry_locked(path, lambda: duckdb.connect(path, read_only=True), wait_s, stop)
-    return _retry_locked(path, lambda: _open_for_writing(path), wait_s, stop)
-
-
-def _retry_locked(
-    path: str, open_: Callable[[], duckdb.DuckDBPyConnection], wait_s: float, stop: threading.Event | None
-) -> duckdb.DuckDBPyConnection:
-    deadline = time.monotonic() + wait_s
-    delay = 0.01
-    while True:
-        try:
-            return open_()
-        except duckdb.Error as e:
-            if not _is_lock_error(e):
-                raise StoreError(f"cannot open the toolmeter store {path}: {e}") from e
-            if time.monotonic() >= deadline:
-                raise StoreError(
-                    f"the toolmeter store {path} stayed locked by another process for {wait_s:.0f} s. "
-                    "Only one process may hold a DuckDB file at a time: stop the process that keeps it open "
-                    "(a DuckDB shell or notebook), or give this one another --db."
-                ) from e
-            pause(delay, stop, f"another process to release {path}")
-            delay = min(delay * 2, LOCK_RETRY_MAX_PAUSE_S)
+        return retry_locked(path, lambda: duckdb.connect(path, read_only=True), wait_s, stop)
+    return retry_locked(path, lambda: _open_for_writing(path), wait_s, stop)
 
 
 class ThreadInstances(threading.local):
@@ -294,14 +234,8 @@ def read_connection(
             con.close()
         return
     host = _reading.get()
-
-    def attached() -> duckdb.DuckDBPyConnection:
-        host.execute(f"ATTACH {sql_literal(path)} AS {STORE_ALIAS} (READ_ONLY)")
-        host.execute(f"USE {STORE_ALIAS}")
-        return host
-
     try:
-        _retry_locked(path, attached, wait_s, None)
+        _attach_to_read(host, path, wait_s)
     except BaseException:
         _reading.let_go(clean=False)
         raise
@@ -313,6 +247,27 @@ def read_connection(
     finally:
         _reading.path = None
         _reading.let_go(clean)
+
+
+def _attach_to_read(host: duckdb.DuckDBPyConnection, path: str, wait_s: float) -> None:
+    def attached() -> duckdb.DuckDBPyConnection:
+        host.execute(f"ATTACH {sql_literal(path)} AS {STORE_ALIAS} (READ_ONLY)")
+        host.execute(f"USE {STORE_ALIAS}")
+        return host
+
+    retry_locked(path, attached, wait_s, None)
+
+
+def let_writer_in(con: duckdb.DuckDBPyConnection, path: str) -> None:
+    """Inside a long read of the file ``path`` (``con`` from :func:`read_connection`), let in a
+    thread of this process that waits to write it: the file is detached, the writer let in
+    (:func:`collector.store.waiting.let_waiting_in`), and attached again once it let go. What
+    the read registered on ``con`` stays; nothing happens when no thread waits, or on a lake."""
+    if L.is_lake(path) or not waiting_for(path):
+        return
+    detach(con)
+    let_waiting_in(path)
+    _attach_to_read(con, path, LOCK_RETRY_SECONDS)
 
 
 def read_progress(path: str, receiver_id: str) -> tuple[int, int]:

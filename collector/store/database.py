@@ -54,15 +54,12 @@ from collector.store import insertion
 from collector.store import lake as L
 from collector.store.batch import Batch, WriteResult
 from collector.store.connection import (
-    LOCK_RETRY_SECONDS,
     ThreadInstances,
-    WriteAbandoned,
     _lake_connect,
     attach_for_writing,
     checkpoint_at_commit,
     connect,
     forget_lake_schema,
-    pause,
     read_connection,
     read_progress,
     rows_as_dicts,
@@ -71,6 +68,7 @@ from collector.store.connection import (
 from collector.store.reach import TRACE_HORIZON_NS
 from collector.store.schema import create_or_upgrade, lake_schema_sql, schema_sql
 from collector.store.starts import TraceStarts
+from collector.store.waiting import LOCK_RETRY_SECONDS, WriteAbandoned, pause
 from collector.store.windowcost import recount_all_later_llm_calls
 
 # Names callers have always imported from here; they live in the modules above.

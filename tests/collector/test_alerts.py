@@ -10,8 +10,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from collector.alerts.detection import Alert, list_alerts, set_state
-from collector.alerts.detection import evaluate as evaluate_all
+from collector.alerts.detection import Alert
+from collector.alerts.evaluation import evaluate as evaluate_all
+from collector.alerts.evaluation import list_alerts, set_state
 from collector.alerts.rules import Rule, Rules, RulesError, parse_rules
 from collector.cli import main
 from collector.store.database import Store
@@ -153,6 +154,14 @@ def test_the_sample_traces_schema_change_is_found_on_the_right_day(tmp_path: Pat
     assert runs["evidence"]["before"]["calls"] >= 20 and runs["evidence"]["after"]["calls"] >= 20  # runs, each side
 
 
+def test_watch_once_evaluates_the_whole_store_and_says_what_it_found(db_path: str, capsys) -> None:  # type: ignore[no-untyped-def]
+    history(db_path, [("A", OLD, 1000, 0.0)] * 7 + [("B", NEW, 2200, 0.3)] * 7)
+    assert main(["watch", "--db", db_path, "--once"]) == 0
+    said = capsys.readouterr().out
+    assert "toolmeter: search_orders envelope grew: view_tokens_p99 " in said and "raw_payload" in said
+    assert [a["kind"] for a in list_alerts(db_path) if a["kind"] != "run_growth"] == ["schema_change"]
+
+
 def test_check_exit_codes(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     base, same, grown = (str(tmp_path / n) for n in ("base.duckdb", "same.duckdb", "grown.duckdb"))
     history(base, [("A", OLD, 1000, 0.0)] * 3, per_day=20)
@@ -232,3 +241,94 @@ def test_run_thresholds_per_service(db_path: str) -> None:
     runs_history(db_path, [{"search": (1, 2000)}] * 7 + [{"search": (2, 2000)}] * 7)
     assert evaluate_all(db_path, parse_rules("[services.support]\np99_run_ratio = 3.0\np50_run_ratio = 3.0\n")) == []
     assert len(evaluate_all(db_path, parse_rules("[services.other]\np99_run_ratio = 3.0\n"))) == 1
+
+
+@pytest.mark.parametrize(
+    ("tools", "days", "kept"),
+    [(24, 80, False), (1, 800, True)],
+    ids=["between-tools", "between-windows-of-one-tool"],
+)
+def test_a_writer_gets_in_while_alerts_are_evaluated(db_path: str, tools: int, days: int, kept: bool) -> None:
+    """Between two tools' reads; with a memo (serve's, watch's), between two windows' too."""
+    import threading
+    import time
+
+    from collector.alerts.memo import Memo
+    from collector.store.connection import connect
+
+    Store(db_path).ensure_schema()
+    with duckdb.connect(db_path) as con:  # an evaluation that reads for seconds
+        con.execute(f"""
+            INSERT INTO tool_calls (trace_id, span_id, tool_name, start_time, start_ns, end_ns, view_tokens,
+                                    raw_tokens, status, schema_fingerprint)
+            SELECT lpad(to_hex(i), 32, '0'), lpad(to_hex(i), 16, '0'), 'tool' || (i % {tools}),
+                   TIMESTAMP '2026-01-01' + to_minutes(i // {tools} * 30), 0, 0, 100 + i % 50, 300, 'ok', 'fp'
+            FROM range({tools} * 48 * {days}) t(i)""")
+    evaluated: list[float] = []
+
+    def evaluation() -> None:
+        evaluate_all(db_path, Rules(), memo=Memo() if kept else None)
+        evaluated.append(time.monotonic())
+
+    evaluating = threading.Thread(target=evaluation)
+    started = time.monotonic()
+    evaluating.start()
+    time.sleep(0.5)
+    asked = time.monotonic()
+    con = connect(db_path, read_only=False, wait_s=120)  # this process's own writer, as serve's is
+    try:
+        con.execute("""INSERT INTO tool_calls (trace_id, span_id, tool_name, start_time, start_ns, end_ns, status)
+                       VALUES ('f' || repeat('0', 31), 'f' || repeat('0', 15), 'written', '2025-10-01', 0, 0, 'ok')""")
+    finally:
+        con.close()
+    written = time.monotonic()
+    evaluating.join()
+    took = evaluated[0] - started
+    assert written - asked < took / 5, f"the write waited {written - asked:.1f} s of an evaluation of {took:.1f} s"
+
+
+def test_a_stop_ends_an_evaluation_and_stores_nothing(db_path: str) -> None:
+    import threading
+
+    history(db_path, [("A", OLD, 1000, 0.0)] * 7 + [("B", NEW, 2200, 0.3)] * 7)
+    stop = threading.Event()
+    stop.set()
+    assert evaluate_all(db_path, Rules(), stop) == [], "stopped: nothing evaluated, nothing stored"
+    assert list_alerts(db_path) == []
+    assert len(evaluate(db_path, Rules())) == 1
+
+
+def test_a_memo_reads_again_only_the_windows_whose_calls_changed(db_path: str) -> None:
+    from collector.alerts.detection import detect
+    from collector.alerts.memo import Memo
+    from collector.alerts.runs import detect_run_growth
+    from collector.store.connection import read_connection
+
+    history(db_path, [("A", OLD, 1000, 0.0)] * 7 + [("B", NEW, 2200, 0.3)] * 7 + [("B", NEW, 2200, 0.3)] * 3)
+    runs_history(db_path, [{"search": (1, 2000)}] * 7 + [{"search": (3, 2000)}] * 7)
+    rules = Rules()
+
+    def found(memo: Memo | None) -> list[Alert]:
+        with read_connection(db_path) as con:
+            return detect(con, rules, None, memo) + detect_run_growth(con, rules, None, memo)
+
+    memo = Memo()
+    memo.start()
+    first = found(memo)
+    memo.finish()
+    assert first == found(None) and {"schema_change", "run_growth"} <= {a.kind for a in first}
+    read_first = memo.read
+    memo.start()
+    assert found(memo) == first and memo.read == 0, "nothing changed: every window kept"
+    memo.finish()
+    with duckdb.connect(db_path) as con:  # the last day of search_orders: its calls' later model calls counted again
+        con.execute("UPDATE tool_calls SET later_llm_calls = 9 WHERE tool_name = 'search_orders' "
+                    "AND start_time >= TIMESTAMP '2026-11-17'")  # fmt: skip
+    memo.start()
+    again = found(memo)
+    memo.finish()
+    assert again == found(None) and again != first, "the window cost of the windows over that day changed"
+    # read again, the windows holding Nov 17: of search_orders, the "after" of the three days its
+    # growth is checked on (further than a window from its schema change); of its service's runs,
+    # whose calls may come a day after a window, the "after" of Nov 10-17 and the "before" of Nov 17
+    assert memo.read == 3 + 9 < read_first

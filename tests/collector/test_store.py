@@ -13,8 +13,9 @@ import pytest
 
 from collector.errors import StoreError
 from collector.store.batch import Batch
-from collector.store.connection import WriteAbandoned, connect, transaction
+from collector.store.connection import connect, transaction
 from collector.store.database import WRITE_THREADS, Store, read_connection
+from collector.store.waiting import WriteAbandoned
 
 AGENT = textwrap.dedent(
     """

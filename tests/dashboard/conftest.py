@@ -14,7 +14,7 @@ def sample_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     db = str(tmp_path_factory.mktemp("dash") / "samples.duckdb")
     files = sorted(str(p) for p in Path(SAMPLE_TRACES).glob("*.json*"))
     ingest_files(files, CollectorConfig(db=db))
-    from collector.alerts.detection import evaluate
+    from collector.alerts.evaluation import evaluate
     from collector.alerts.rules import Rules
 
     evaluate(db, Rules())
