@@ -137,15 +137,14 @@ def envelope(con: duckdb.DuckDBPyConnection, tool: str, start: datetime, end: da
 
 def _daily(con: duckdb.DuckDBPyConnection, tool: str) -> list[tuple[date, str | None, int]]:
     """(day, dominant fingerprint, fingerprinted calls) for each day the tool was called."""
-    rows = con.execute(
+    rows = con.execute(  # one pass over the tool's calls: days with no fingerprinted call count 0
         """WITH f AS (
-               SELECT start_time::DATE AS day, schema_fingerprint AS fp, count(*) AS n
-               FROM tool_calls WHERE tool_name = ? AND status <> 'error' AND schema_fingerprint IS NOT NULL
-               GROUP BY 1, 2),
-           d AS (SELECT DISTINCT start_time::DATE AS day FROM tool_calls WHERE tool_name = ?)
-           SELECT d.day, first(f.fp ORDER BY f.n DESC, f.fp), coalesce(sum(f.n), 0)
-           FROM d LEFT JOIN f ON f.day = d.day GROUP BY d.day ORDER BY d.day""",
-        [tool, tool],
+               SELECT start_time::DATE AS day, schema_fingerprint AS fp,
+                      count(*) FILTER (WHERE status <> 'error' AND schema_fingerprint IS NOT NULL) AS n
+               FROM tool_calls WHERE tool_name = ? GROUP BY 1, 2)
+           SELECT day, first(fp ORDER BY n DESC, fp) FILTER (WHERE n > 0), sum(n)
+           FROM f GROUP BY day ORDER BY day""",
+        [tool],
     ).fetchall()
     return [(r[0], r[1], int(r[2])) for r in rows]
 
@@ -242,7 +241,8 @@ def detect(
     names = tools or tools_of(con)
     alerts: list[Alert] = []
     for tool in names:
-        env = windows(con, memo, ("tool", tool), "tool_name = ?", [tool], partial(envelope, con, tool)).envelope
+        seen = windows(con, memo, ("tool", tool), "tool_name = ?", [tool], partial(envelope, con, tool))
+        env = seen.envelope
         rule = rules.for_tool(tool)
         window = timedelta(days=rule.window_days)
         days = _daily(con, tool)
@@ -253,7 +253,7 @@ def detect(
                 continue
             if previous is not None and fp != previous:
                 at = _midnight(day)
-                share, n = _share(con, tool, fp, at, at + window)
+                share, n = seen.of(("share", fp), at, at + window, partial(_share, con, tool, fp, at, at + window))
                 if share >= CONFIRM_SHARE and n >= 1:
                     change_days.add(day)
                     before, after = env(at - window, at), env(at, at + window)

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 
@@ -24,18 +24,21 @@ from collector.alerts.detection import Envelope
 
 DAYS_SQL = """
     SELECT start_time::DATE AS day, count(*) AS calls,
-           sum(hash(trace_id, span_id, status, view_tokens, raw_tokens, truncated, over_budget, later_llm_calls))
+           sum(hash(view_tokens, raw_tokens, truncated, over_budget, later_llm_calls, status, schema_fingerprint))
     FROM tool_calls WHERE {where} GROUP BY 1 ORDER BY 1"""
-"""The fingerprint of each day of a subject's calls: the figures an envelope reads, per call,
-hashed and summed. Not XOR-ed: DuckDB combines a hash's arguments so that changing one by the
-same value changes every call's hash by the same bits, and an even number of them cancel out."""
+"""The fingerprint of each day of a subject's calls: the figures a window's envelope and shares
+are read from, per call, hashed and summed. What a window holds depends on those figures only,
+not on which call has which (so ids are left out: hashing them tripled the query's time). Summed,
+not XOR-ed: DuckDB combines a hash's arguments so that changing one by the same value changes
+every call's hash by the same bits, and an even number of them would cancel out."""
 
 Read = Callable[[datetime, datetime], Envelope]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
 class Windows:
-    """The envelopes of one subject's windows in one evaluation: kept ones, or read by ``read``."""
+    """What one subject's windows hold in one evaluation (envelopes, shares): kept, or read again."""
 
     memo: Memo | None
     key: tuple[str, ...]
@@ -46,12 +49,16 @@ class Windows:
     read: Read
 
     def envelope(self, start: datetime, end: datetime) -> Envelope:
+        return self.of(("envelope",), start, end, lambda: self.read(start, end))
+
+    def of(self, what: tuple[str, ...], start: datetime, end: datetime, read: Callable[[], _T]) -> _T:
+        """``what`` of the window [start, end) (its envelope, a fingerprint's share), as ``read`` gives it."""
         if self.memo is None:
-            return self.read(start, end)
+            return read()
         lo = bisect.bisect_left(self.days, start.date())
         hi = bisect.bisect_right(self.days, (end + self.reach - timedelta(microseconds=1)).date())
         seen = (tuple(self.days[lo:hi]), tuple(self.prints[lo:hi]))
-        return self.memo.kept((*self.key, start.isoformat(), end.isoformat()), seen, lambda: self.read(start, end))
+        return self.memo.kept((*self.key, *what, start.isoformat(), end.isoformat()), seen, read)
 
 
 class Memo:
@@ -61,11 +68,12 @@ class Memo:
     two a day for each tool and service."""
 
     def __init__(self) -> None:
-        self._kept: dict[tuple[str, ...], tuple[Any, Envelope]] = {}
-        self._used: dict[tuple[str, ...], tuple[Any, Envelope]] = {}
+        self._kept: dict[tuple[str, ...], tuple[Any, Any]] = {}
+        self._used: dict[tuple[str, ...], tuple[Any, Any]] = {}
         self._lock = threading.Lock()
         self.read = 0
-        """Windows read from the store in the evaluation under way (the rest were kept)."""
+        """Windows read from the store in the evaluation under way (the rest were kept): envelopes,
+        and the shares of fingerprints after a change of the dominant one."""
         self.before_read: Callable[[], None] | None = None
         """Called before a window is read from the store (the evaluation lets a writer in there)."""
 
@@ -77,19 +85,19 @@ class Memo:
         rows = con.execute(DAYS_SQL.format(where=where), params).fetchall()
         return Windows(self, key, [r[0] for r in rows], [r[1:] for r in rows], reach, read)
 
-    def kept(self, window: tuple[str, ...], seen: Any, read: Callable[[], Envelope]) -> Envelope:
+    def kept(self, window: tuple[str, ...], seen: Any, read: Callable[[], _T]) -> _T:
         with self._lock:
             hit = self._kept.get(window)
         if hit is not None and hit[0] == seen:
-            envelope = hit[1]
+            value: _T = hit[1]
         else:
             if self.before_read is not None:
                 self.before_read()
-            envelope = read()
+            value = read()
             self.read += 1
         with self._lock:
-            self._used[window] = (seen, envelope)
-        return envelope
+            self._used[window] = (seen, value)
+        return value
 
     def start(self) -> None:
         """Begin an evaluation (what one that failed midway used is dropped)."""
