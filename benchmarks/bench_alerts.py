@@ -108,7 +108,7 @@ def main() -> None:
             calls, days = con.execute("SELECT count(*), count(DISTINCT start_time::DATE) FROM tool_calls").fetchone()  # type: ignore[misc]
         print(f"{calls:,} calls over {days} days; medians of {args.rounds} rounds\n")
         w, k = statistics.median(whole), statistics.median(kept)
-        print(f"whole evaluation (every window read, {windows:,} windows):  {w:8.2f} s   (baseline)")
+        print(f"whole evaluation (every window read: {windows:,} envelopes and shares): {w:8.2f} s   (baseline)")
         print(f"next evaluation, {args.new:,} calls later ({statistics.median(read):,.0f} windows read again): "
               f"{k:8.2f} s   ({k / w:.3f}x)")  # fmt: skip
 
