@@ -280,9 +280,9 @@ def _periodically(
 
 def run_watch(
     db: str, rules_path: str | None, webhook: str | None, interval: float, stop: threading.Event, once: bool = False
-) -> None:
+) -> bool:
     """Evaluate the rules (and deliver) every ``interval`` seconds until ``stop`` is set (which
-    ends an evaluation under way too), or ``once``."""
+    ends an evaluation under way too), or ``once``; returns whether the last evaluation ran."""
     from collector.alerts.evaluation import evaluate
     from collector.alerts.memo import Memo
     from collector.alerts.rules import load_rules
@@ -290,6 +290,7 @@ def run_watch(
     rules = load_rules(rules_path)
     memo = Memo()  # the windows of one evaluation whose calls did not change, for the next
     while True:
+        ran = False
         try:
             for alert in evaluate(db, rules, None if once else stop, memo):
                 print(alert.summary, flush=True)
@@ -297,10 +298,11 @@ def run_watch(
                 from collector.alerts.webhook import deliver_pending
 
                 deliver_pending(db, webhook)
+            ran = True
         except ToolmeterError as e:
             print(f"toolmeter watch: {e}", file=sys.stderr, flush=True)
         if once or stop.wait(interval):
-            return
+            return ran
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
@@ -309,6 +311,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     load_rules(args.rules)  # a bad rules file fails now, with its line and key
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    ran = True
     with contextlib.suppress(KeyboardInterrupt):
-        run_watch(args.db, args.rules, config_module.webhook_url(args.webhook), args.interval, stop, args.once)
-    return 0
+        ran = run_watch(args.db, args.rules, config_module.webhook_url(args.webhook), args.interval, stop, args.once)
+    return 0 if ran or not args.once else 1  # a scheduled `--once` that could not evaluate fails

@@ -160,6 +160,8 @@ def test_watch_once_evaluates_the_whole_store_and_says_what_it_found(db_path: st
     said = capsys.readouterr().out
     assert "toolmeter: search_orders envelope grew: view_tokens_p99 " in said and "raw_payload" in said
     assert [a["kind"] for a in list_alerts(db_path) if a["kind"] != "run_growth"] == ["schema_change"]
+    assert main(["watch", "--db", db_path + ".missing", "--once"]) == 1, "a scheduled run that could not evaluate"
+    assert "toolmeter watch: no toolmeter store at " in capsys.readouterr().err
 
 
 def test_check_exit_codes(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
