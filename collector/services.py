@@ -301,6 +301,8 @@ def run_watch(
             ran = True
         except ToolmeterError as e:
             print(f"toolmeter watch: {e}", file=sys.stderr, flush=True)
+        except Exception as e:  # anything else too: in serve, a thread that ended here would never watch again
+            print(f"toolmeter watch failed (will try again): {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         if once or stop.wait(interval):
             return ran
 

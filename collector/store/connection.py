@@ -3,8 +3,8 @@
 DuckDB lets one process hold a database file for writing, and while it does, no other
 process can open it, not even read-only. So every opener here retries while the file is
 locked, for up to ``wait_s`` seconds (:func:`connect`; :mod:`collector.store.waiting`), and
-callers keep a file open only for as long as they need it. A lake has no such lock: the process keeps it attached and
-each use gets a cursor (:mod:`collector.store.lake`).
+callers keep a file open only for as long as they need it. A lake has no such lock: the
+process keeps it attached and each use gets a cursor (:mod:`collector.store.lake`).
 
 Use :func:`read_connection` for reading and :func:`connect` plus :func:`transaction` for
 writing anything other than a batch (batches go through :class:`collector.store.database.Store`).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -334,3 +335,24 @@ def test_a_memo_reads_again_only_the_windows_whose_calls_changed(db_path: str) -
     # growth is checked on (further than a window from its schema change); of its service's runs,
     # whose calls may come a day after a window, the "after" of Nov 10-17 and the "before" of Nov 17
     assert memo.read == 3 + 9 < read_first
+
+
+def test_a_watch_whose_evaluation_fails_in_any_way_says_so_and_goes_on(db_path: str, capsys) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    from collector.services import run_watch
+
+    history(db_path, [("A", OLD, 1000, 0.0)] * 3)
+    with duckdb.connect(db_path) as con:  # a store no toolmeter wrote: the detection's SQL fails on it
+        con.execute("ALTER TABLE tool_calls DROP COLUMN schema_fingerprint")
+    stop = threading.Event()
+    watcher = threading.Thread(target=run_watch, args=(db_path, None, None, 0.05, stop))
+    watcher.start()
+    deadline = time.monotonic() + 60
+    while capsys.readouterr().err.count("toolmeter watch failed (will try again)") < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    assert watcher.is_alive(), "the watch ended at the first error"
+    stop.set()
+    watcher.join(timeout=30)
+    assert not watcher.is_alive()

@@ -128,6 +128,13 @@ def test_cli_and_dashboard_work_on_a_lake(
     assert runs["kind"] == "run_growth" and runs["service_name"] == "support-agent"
     assert main(["alerts", "--db", lake_store, "--evaluate", "--json"]) == 0  # re-evaluating adds nothing
     assert len(json.loads(capsys.readouterr().out)) == 2
+    from collector.alerts.evaluation import evaluate
+    from collector.alerts.memo import Memo
+    from collector.alerts.rules import Rules
+
+    memo = Memo()  # as a watcher keeps it: a lake's windows are kept as a file's are
+    assert evaluate(lake_store, Rules(), memo=memo) == [] and memo.read > 0
+    assert evaluate(lake_store, Rules(), memo=memo) == [] and memo.read == 0
     assert main(["top", "--db", lake_store, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["tool"] == "search_orders"
     # the CI gate compares a lake with a file: the same spans pass
