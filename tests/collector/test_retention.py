@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -312,7 +313,9 @@ def test_a_rewrite_the_disk_cannot_hold_is_not_started_and_said(fed: str, tmp_pa
     summary = prune(db, Retention(rows=None, payloads=None), compact=True)
     assert summary.compacted is None and summary.no_room
     said = "\n".join(summary.lines())
-    assert "not rewritten (100% of its tool calls were in " in said and "groups): the new file needs up to " in said
+    # the file may also have free blocks (what an earlier writer left, by the order tests ran in)
+    assert re.search(r"not rewritten \((\d+% of it was free blocks; )?100% of its tool calls were in \d+ small row "
+                     r"groups\): the new file needs up to ", said), said  # fmt: skip
     assert "MB free (of which " in said and "free some space there" in said
     assert os.stat(db).st_ino == inode and not os.path.exists(db + ".compact.tmp")
     with pytest.raises(compaction.NoRoom):
