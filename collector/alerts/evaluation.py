@@ -26,7 +26,7 @@ from collector.alerts.runs import detect_run_growth, services_of
 from collector.errors import InputError, StoreError
 from collector.store.connection import connect, let_writer_in, read_connection, rows_as_dicts
 from collector.store.lake import is_lake
-from collector.store.waiting import let_waiting_in, waiting_for
+from collector.store.waiting import let_waiting_in
 
 
 def _row(alert: Alert) -> list[Any]:
@@ -91,12 +91,12 @@ def _letting_writers_in(memo: Memo | None, con: duckdb.DuckDBPyConnection, db_pa
     if memo is None:
         yield
         return
-    since = [time.monotonic()]
+    since = time.monotonic()
 
     def turn() -> None:
-        if time.monotonic() - since[0] >= READ_TURN_S and waiting_for(db_path):
-            let_writer_in(con, db_path)
-            since[0] = time.monotonic()
+        nonlocal since
+        if time.monotonic() - since >= READ_TURN_S and let_writer_in(con, db_path):
+            since = time.monotonic()
 
     memo.before_read = turn
     try:

@@ -12,7 +12,6 @@ changed: new calls, a view or later model calls joined late, retention.
 from __future__ import annotations
 
 import bisect
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -65,29 +64,20 @@ class Memo:
     """Envelopes of the windows of past evaluations, by window, with the days they were read from.
 
     Only the windows the last evaluation used are kept, so its size follows the store's history:
-    two a day for each tool and service."""
+    two a day for each tool and service. One evaluation uses it at a time (``serve``'s watcher
+    thread, ``toolmeter watch``)."""
 
     def __init__(self) -> None:
         self._kept: dict[tuple[str, ...], tuple[Any, Any]] = {}
         self._used: dict[tuple[str, ...], tuple[Any, Any]] = {}
-        self._lock = threading.Lock()
         self.read = 0
         """Windows read from the store in the evaluation under way (the rest were kept): envelopes,
         and the shares of fingerprints after a change of the dominant one."""
         self.before_read: Callable[[], None] | None = None
         """Called before a window is read from the store (the evaluation lets a writer in there)."""
 
-    def windows(
-        self, con: duckdb.DuckDBPyConnection, key: tuple[str, ...], where: str, params: list[Any],
-        reach: timedelta, read: Read,
-    ) -> Windows:  # fmt: skip
-        """The windows of the subject whose calls ``where`` selects (``key`` names it)."""
-        rows = con.execute(DAYS_SQL.format(where=where), params).fetchall()
-        return Windows(self, key, [r[0] for r in rows], [r[1:] for r in rows], reach, read)
-
     def kept(self, window: tuple[str, ...], seen: Any, read: Callable[[], _T]) -> _T:
-        with self._lock:
-            hit = self._kept.get(window)
+        hit = self._kept.get(window)
         if hit is not None and hit[0] == seen:
             value: _T = hit[1]
         else:
@@ -95,27 +85,26 @@ class Memo:
                 self.before_read()
             value = read()
             self.read += 1
-        with self._lock:
-            self._used[window] = (seen, value)
+        self._used[window] = (seen, value)
         return value
 
     def start(self) -> None:
         """Begin an evaluation (what one that failed midway used is dropped)."""
-        with self._lock:
-            self._used = {}
+        self._used = {}
         self.read = 0
 
     def finish(self) -> None:
         """End an evaluation: keep what it used, drop the rest (subjects and days gone)."""
-        with self._lock:
-            self._kept, self._used = self._used, {}
+        self._kept, self._used = self._used, {}
 
 
 def windows(
     con: duckdb.DuckDBPyConnection, memo: Memo | None, key: tuple[str, ...], where: str, params: list[Any],
     read: Read, reach: timedelta = timedelta(0),
 ) -> Windows:  # fmt: skip
-    """A subject's windows, kept in ``memo`` from one evaluation to the next, or read each time without one."""
+    """The windows of the subject whose calls ``where`` selects (``key`` names it), kept in ``memo``
+    from one evaluation to the next, or read each time without one."""
     if memo is None:
         return Windows(None, key, (), (), reach, read)
-    return memo.windows(con, key, where, params, reach, read)
+    rows = con.execute(DAYS_SQL.format(where=where), params).fetchall()
+    return Windows(memo, key, [r[0] for r in rows], [r[1:] for r in rows], reach, read)

@@ -258,16 +258,18 @@ def _attach_to_read(host: duckdb.DuckDBPyConnection, path: str, wait_s: float) -
     retry_locked(path, attached, wait_s, None)
 
 
-def let_writer_in(con: duckdb.DuckDBPyConnection, path: str) -> None:
+def let_writer_in(con: duckdb.DuckDBPyConnection, path: str) -> bool:
     """Inside a long read of the file ``path`` (``con`` from :func:`read_connection`), let in a
     thread of this process that waits to write it: the file is detached, the writer let in
     (:func:`collector.store.waiting.let_waiting_in`), and attached again once it let go. What
-    the read registered on ``con`` stays; nothing happens when no thread waits, or on a lake."""
+    the read registered on ``con`` stays. Returns whether it did: not when no thread waits, nor
+    on a lake."""
     if L.is_lake(path) or not waiting_for(path):
-        return
+        return False
     detach(con)
     let_waiting_in(path)
     _attach_to_read(con, path, LOCK_RETRY_SECONDS)
+    return True
 
 
 def read_progress(path: str, receiver_id: str) -> tuple[int, int]:
