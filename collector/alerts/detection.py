@@ -245,7 +245,8 @@ def detect(
         env = seen.envelope
         rule = rules.for_tool(tool)
         window = timedelta(days=rule.window_days)
-        days = _daily(con, tool)
+        surveyed = memo.survey.daily.get(tool) if memo is not None and memo.survey is not None else None
+        days = _daily(con, tool) if surveyed is None else surveyed
         change_days: set[date] = set()
         previous: str | None = None
         for day, fp, _ in days:

@@ -20,10 +20,11 @@ import duckdb
 import pyarrow as pa
 
 from collector.alerts.detection import Alert, detect, tools_of
-from collector.alerts.memo import Memo
+from collector.alerts.memo import Memo, survey
 from collector.alerts.rules import Rules
 from collector.alerts.runs import detect_run_growth, services_of
 from collector.errors import InputError, StoreError
+from collector.query.runs import NO_SERVICE
 from collector.store.connection import connect, let_writer_in, read_connection, rows_as_dicts
 from collector.store.lake import is_lake
 from collector.store.waiting import let_waiting_in
@@ -60,11 +61,14 @@ def evaluate(db_path: str, rules: Rules, stop: threading.Event | None = None, me
     evaluation finds the same alerts (their ids are stable). ``memo``, kept from one evaluation
     to the next, spares reading again the windows whose calls did not change."""
     with read_connection(db_path) as con:
-        tools, services = tools_of(con), services_of(con)
+        if memo is None:
+            tools, services = tools_of(con), services_of(con)
+        else:  # the subjects, and every day's fingerprint the windows are kept by, in one pass
+            surveyed = survey(con, NO_SERVICE)
+            memo.start(surveyed)
+            tools, services = surveyed.tools, surveyed.services
     subjects = [(detect, [tool]) for tool in tools] + [(detect_run_growth, [service]) for service in services]
     found: list[Alert] = []
-    if memo is not None:
-        memo.start()
     for find, subject in subjects:
         if stop is not None and stop.is_set():
             return []

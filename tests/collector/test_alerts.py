@@ -337,6 +337,73 @@ def test_a_memo_reads_again_only_the_windows_whose_calls_changed(db_path: str) -
     assert memo.read == 3 + 9 < read_first
 
 
+def test_one_pass_over_the_calls_gives_each_subject_what_reading_its_calls_gives(db_path: str) -> None:
+    """The survey an evaluation makes: the tools, the services, every day's fingerprint and each
+    tool's dominant schema a day, as the reads of each subject's calls give them (calls without
+    a service, errors, calls with no fingerprint, and ties between two fingerprints)."""
+    from collector.alerts.detection import _daily, tools_of
+    from collector.alerts.memo import DAYS_SQL, survey
+    from collector.alerts.runs import services_of
+    from collector.query.runs import NO_SERVICE
+    from collector.store.connection import read_connection
+
+    Store(db_path).ensure_schema()
+    with duckdb.connect(db_path) as con:
+        con.execute("""
+            INSERT INTO tool_calls (trace_id, span_id, tool_name, service_name, start_time, start_ns, end_ns,
+                                    view_tokens, raw_tokens, truncated, later_llm_calls, status, schema_fingerprint)
+            SELECT lpad(to_hex(i), 32, '0'), lpad(to_hex(i), 16, '0'), 'tool' || (i % 3),
+                   CASE i % 5 WHEN 0 THEN NULL WHEN 1 THEN 'billing' ELSE 'support' END,
+                   TIMESTAMP '2026-03-01' + to_minutes(i * 37), 0, 0, i % 97, i % 89 * 3, i % 7 = 0,
+                   i % 4, CASE WHEN i % 11 = 0 THEN 'error' ELSE 'ok' END,
+                   CASE WHEN i % 13 = 0 THEN NULL WHEN i < 2000 OR i % 2 = 0 THEN 'fp-a' ELSE 'fp-b' END
+            FROM range(4000) t(i)""")
+        # a day whose two fingerprints tie, and a day of calls that are all errors
+        con.execute("""
+            INSERT INTO tool_calls (trace_id, span_id, tool_name, start_time, start_ns, end_ns, status,
+                                    schema_fingerprint)
+            VALUES ('a' || repeat('0', 31), 'a' || repeat('0', 15), 'tool9', '2026-01-05 10:00', 0, 0, 'ok', 'fp-z'),
+                   ('b' || repeat('0', 31), 'b' || repeat('0', 15), 'tool9', '2026-01-05 11:00', 0, 0, 'ok', 'fp-y'),
+                   ('c' || repeat('0', 31), 'c' || repeat('0', 15), 'tool9', '2026-01-06 11:00', 0, 0, 'error', 'fp-x')""")
+    with read_connection(db_path) as con:
+        found = survey(con, NO_SERVICE)
+        assert found.tools == tools_of(con) == ["tool0", "tool1", "tool2", "tool9"]
+        assert found.services == services_of(con) == [NO_SERVICE, "billing", "support"]
+        for tool in found.tools:
+            rows = con.execute(DAYS_SQL.format(where="tool_name = ?"), [tool]).fetchall()
+            assert found.days[("tool", tool)] == ([r[0] for r in rows], [r[1:] for r in rows])
+            assert found.daily[tool] == _daily(con, tool)
+        for service in found.services:
+            rows = con.execute(
+                DAYS_SQL.format(where=f"coalesce(service_name, '{NO_SERVICE}') = ?"), [service]
+            ).fetchall()
+            assert found.days[("runs", service)] == ([r[0] for r in rows], [r[1:] for r in rows])
+    assert [d[1] for d in found.daily["tool9"]] == ["fp-y", None]
+    assert any(len({fp for fp in (d[1] for d in found.daily[t])}) > 1 for t in found.tools[:3])
+
+
+def test_evaluations_with_a_memo_find_what_one_without_finds_and_read_only_what_changed(db_path: str) -> None:
+    """``serve``'s and ``watch``'s evaluations, one after another (the survey and the memo)."""
+    from collector.alerts.memo import Memo
+
+    history(db_path, [("A", OLD, 1000, 0.0)] * 7 + [("B", NEW, 2200, 0.3)] * 7 + [("B", NEW, 2200, 0.3)] * 3)
+    runs_history(db_path, [{"search": (1, 2000)}] * 7 + [{"search": (3, 2000)}] * 7)
+    memo = Memo()
+    first = evaluate_all(db_path, Rules(), memo=memo)
+    assert {"schema_change", "run_growth"} <= {a.kind for a in first}
+    read_first = memo.read
+    assert evaluate_all(db_path, Rules(), memo=memo) == [] and memo.read == 0, "nothing changed: every window kept"
+    with duckdb.connect(db_path) as con:
+        con.execute("DELETE FROM alerts")
+        con.execute("UPDATE tool_calls SET later_llm_calls = 9 WHERE tool_name = 'search_orders' "
+                    "AND start_time >= TIMESTAMP '2026-11-17'")  # fmt: skip
+    again = evaluate_all(db_path, Rules(), memo=memo)
+    assert memo.read == 3 + 9 < read_first, "the windows holding the changed day, as in the test above"
+    with duckdb.connect(db_path) as con:
+        con.execute("DELETE FROM alerts")
+    assert again == evaluate_all(db_path, Rules()), "what an evaluation without a memo finds"
+
+
 def test_a_watch_whose_evaluation_fails_in_any_way_says_so_and_goes_on(db_path: str, capsys) -> None:  # type: ignore[no-untyped-def]
     import threading
 
