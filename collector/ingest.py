@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -17,9 +17,30 @@ from collector.pipeline import Pipeline
 from collector.store.batch import Batch
 
 BATCH_SIZE = 256
+"""Spans a chunk holds: the unit handed to a thread or a measuring process."""
 MIN_POOL_CHUNKS = 8
-"""A file of at least this many chunks of :data:`BATCH_SIZE` spans is measured in worker
-processes (:mod:`collector.measuring`); a shorter one on threads, where no process starts."""
+"""Files of at least this many chunks of :data:`BATCH_SIZE` spans are measured in worker
+processes (:mod:`collector.measuring`); fewer on threads, where no process starts."""
+GROUP_BYTES = 16 * 1024 * 1024
+"""Files are read until their spans hold about this many bytes of attribute text (a larger file
+alone), and those spans are measured and written together. A write has a cost of its own (~40 ms
+here: a dozen statements and the commit), which a folder of small files, one OTLP request each,
+paid per file and per chunk of it: 200 files of 100 spans took 38 s, the same spans in one file
+6.8 s (BENCHMARKS.md)."""
+WRITE_SPANS = 8192
+"""Measured chunks are written together until they hold this many spans (the receiver writes
+slices of ~7,000 to ~14,000 small spans, where a write costs about the least a span)."""
+
+
+@dataclass
+class _File:
+    """The tool and LLM spans of one file, and the problems met reading it."""
+
+    path: str
+    items: list[Item]
+    size: int
+    """Bytes of the spans' attribute text."""
+    issues: list[Issue]
 
 
 @dataclass
@@ -43,60 +64,121 @@ def ingest_files(
 ) -> IngestSummary:
     """Read, measure and store every tool and LLM span in ``paths``.
 
-    A long file is measured in worker processes (``TOOLMETER_MEASURE_PROCESSES``, one per
-    core, at most 4), a short one on ``workers`` threads (default: the number of cores, at
-    most 4; the counter releases the GIL). One writer, this loop, writes the store.
+    Files are taken a group at a time (:data:`GROUP_BYTES`). A long group is measured in worker
+    processes (``TOOLMETER_MEASURE_PROCESSES``, one per core, at most 4), a short one on
+    ``workers`` threads (default: the number of cores, at most 4; the counter releases the GIL).
+    One writer, this loop, writes the store: a group while the next is read and measured.
     """
     pipeline = Pipeline(config, collector_id=f"ingest-{os.getpid()}")
     summary = IngestSummary()
     workers = workers or min(os.cpu_count() or 1, 4)
     processes = MeasuringPool(pipeline, measure_processes())
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="toolmeter-measure") as pool, processes:
+        loader = _Loader(pipeline, pool, processes, workers, summary, progress)
+        files: list[_File] = []
         for path in paths:
-            summary.files += 1
-            issues: list[Issue] = []
-            items: list[Item] = []
-            try:
-                for span in read_file(path, issues):
-                    summary.spans += 1
-                    kind = classify(span.name, span.attributes)
-                    if kind is not None:
-                        items.append(Item(kind, span))
-            except InputError as e:
-                summary.failed_files.append(path)
-                issues.append(Issue(path, str(e).removeprefix(f"{path}: "), level="error"))
-            # interleaved chunks, at least two per worker, so large results spread over the cores
-            n_chunks = max(workers * 2, -(-len(items) // BATCH_SIZE))
-            chunks = [items[i::n_chunks] for i in range(n_chunks) if items[i::n_chunks]] or [[]]
-            batches = _measured(chunks, pipeline, pool, processes)
-            done = 0
-            with pipeline.store.holding():  # one open and closing checkpoint for a file's chunks
-                for n, batch in enumerate(batches):
-                    if n == 0:
-                        batch.issue_rows += pipeline.build_batch([], issues).issue_rows
-                    result = pipeline.write(batch)
-                    done += len(chunks[n])
-                    if progress and len(chunks) > 2 * workers:  # long files: say how far we are
-                        progress(f"{path}: {done:,} of {len(items):,} tool/LLM spans measured")
-                    summary.tool_calls += result.tool_calls
-                    summary.llm_calls += result.llm_calls
-                    summary.duplicates += result.duplicates
-                    summary.issues += batch.issue_rows
-            if progress:
-                progress(f"{path}: {len(items)} tool/LLM spans")
+            files.append(_read(path, summary))
+            if sum(f.size for f in files) >= GROUP_BYTES:
+                loader.take(files)
+                files = []
+        loader.take(files)
+        loader.finish()
     pipeline.refresh_rollups()  # the days these files closed are rolled now, not at the next write
     summary.failed = pipeline.counters.failed
     return summary
 
 
-def _measured(
-    chunks: list[list[Item]], pipeline: Pipeline, pool: ThreadPoolExecutor, processes: MeasuringPool
-) -> Iterator[Batch]:
-    """The chunks' batches: from the measuring processes for a long file (see :data:`MIN_POOL_CHUNKS`),
-    else from the threads; a broken pool hands the chunks to the threads."""
-    if len(chunks) >= MIN_POOL_CHUNKS and processes.usable:
-        parts = processes.measure_items(chunks)
-        if parts is not None:
-            yield from parts
-            return
-    yield from pool.map(pipeline.build_batch, chunks)
+def _read(path: str, summary: IngestSummary) -> _File:
+    summary.files += 1
+    issues: list[Issue] = []
+    items: list[Item] = []
+    size = 0
+    try:
+        for span in read_file(path, issues):
+            summary.spans += 1
+            kind = classify(span.name, span.attributes)
+            if kind is not None:
+                items.append(Item(kind, span))
+                size += sum(len(v) for v in span.attributes.values() if isinstance(v, (str, bytes)))
+    except InputError as e:
+        summary.failed_files.append(path)
+        issues.append(Issue(path, str(e).removeprefix(f"{path}: "), level="error"))
+    return _File(path, items, size, issues)
+
+
+@dataclass
+class _Group:
+    """Files whose spans are measured, then written, together."""
+
+    files: list[_File]
+    items: list[Item]
+    chunks: list[list[Item]]
+    measured: Callable[[], Iterable[Batch]]
+
+
+@dataclass
+class _Loader:
+    pipeline: Pipeline
+    pool: ThreadPoolExecutor
+    processes: MeasuringPool
+    workers: int
+    summary: IngestSummary
+    progress: Callable[[str], None] | None
+    _previous: _Group | None = None
+
+    def take(self, files: list[_File]) -> None:
+        """Start measuring the spans of ``files``, then write the group taken before (measured meanwhile)."""
+        started = self._start(files) if files else None
+        self.finish()
+        self._previous = started
+
+    def finish(self) -> None:
+        if self._previous is not None:
+            self._write(self._previous)
+            self._previous = None
+
+    def _start(self, files: list[_File]) -> _Group:
+        """Start measuring the spans of ``files``: in the measuring processes for a long group
+        (see :data:`MIN_POOL_CHUNKS`), else on the threads; a broken pool hands them to the threads."""
+        items = [item for f in files for item in f.items]
+        # interleaved chunks, at least two per worker, so large results spread over the cores
+        n_chunks = max(self.workers * 2, -(-len(items) // BATCH_SIZE))
+        chunks = [items[i::n_chunks] for i in range(n_chunks) if items[i::n_chunks]] or [[]]
+
+        def on_threads() -> Iterable[Batch]:
+            return self.pool.map(self.pipeline.build_batch, chunks)
+
+        if len(chunks) < MIN_POOL_CHUNKS or not self.processes.usable:
+            started = on_threads()
+            return _Group(files, items, chunks, lambda: started)
+        pending = self.processes.submit_items(chunks)
+
+        def measured() -> Iterable[Batch]:
+            got = pending()
+            return on_threads() if got is None else got
+
+        return _Group(files, items, chunks, measured)
+
+    def _write(self, group: _Group) -> None:
+        """Write a group's batches, :data:`WRITE_SPANS` spans at a time, with its files' issues."""
+        pipeline, summary, items, files = self.pipeline, self.summary, group.items, group.files
+        what = files[0].path if len(files) == 1 else f"{files[0].path} and {len(files) - 1:,} more file(s)"
+        pending = pipeline.build_batch([], [i for f in files for i in f.issues])
+        done = 0
+        with pipeline.store.holding():  # one open and closing checkpoint for a group's writes
+            for n, batch in enumerate(group.measured()):
+                pending.extend(batch)
+                done += len(group.chunks[n])
+                if pending.tool_count + len(pending.llm_rows) < WRITE_SPANS and n < len(group.chunks) - 1:
+                    continue
+                result = pipeline.write(pending)
+                summary.tool_calls += result.tool_calls
+                summary.llm_calls += result.llm_calls
+                summary.duplicates += result.duplicates
+                summary.issues += pending.issue_rows
+                pending = Batch()
+                if self.progress and done < len(items):  # long groups: say how far they are
+                    self.progress(f"{what}: {done:,} of {len(items):,} tool/LLM spans measured")
+        if self.progress:
+            for f in files:
+                self.progress(f"{f.path}: {len(f.items)} tool/LLM spans")

@@ -232,10 +232,10 @@ class MeasuringPool:
         The receiver writes one slice of its batch while the workers measure the next."""
         return self._start(_measure, deal(requests, self.processes * 2))
 
-    def measure_items(self, chunks: Sequence[list[Item]]) -> list[Batch] | None:
-        """A batch per chunk of already decoded items (``toolmeter ingest``), or None when the
-        pool broke."""
-        return self._start(_measure_items, chunks)()
+    def submit_items(self, chunks: Sequence[list[Item]]) -> Callable[[], list[Batch] | None]:
+        """Start measuring chunks of already decoded items (``toolmeter ingest``); the returned
+        call waits for a batch per chunk, or None when the pool broke."""
+        return self._start(_measure_items, chunks)
 
     def _start(self, measure: Any, shares: Sequence[Any]) -> Callable[[], list[Batch] | None]:
         try:

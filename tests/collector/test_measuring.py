@@ -234,14 +234,19 @@ def test_ingest_of_a_long_file_in_processes_stores_what_threads_store(tmp_path: 
     trace_file.write_text(json.dumps(otlp(*spans)))
     monkeypatch.setattr(I, "BATCH_SIZE", 32)  # 13 chunks: over MIN_POOL_CHUNKS
     used: list[int] = []
-    real = measuring.MeasuringPool.measure_items
+    real = measuring.MeasuringPool.submit_items
 
     def spy(self, chunks):  # type: ignore[no-untyped-def]
-        parts = real(self, chunks)
-        used.append(len(parts or []))
-        return parts
+        pending = real(self, chunks)
 
-    monkeypatch.setattr(measuring.MeasuringPool, "measure_items", spy)
+        def result():  # type: ignore[no-untyped-def]
+            parts = pending()
+            used.append(len(parts or []))
+            return parts
+
+        return result
+
+    monkeypatch.setattr(measuring.MeasuringPool, "submit_items", spy)
     stored = {}
     for processes in ("1", "2"):
         monkeypatch.setenv(MEASURE_PROCESSES_ENV, processes)
@@ -254,6 +259,59 @@ def test_ingest_of_a_long_file_in_processes_stores_what_threads_store(tmp_path: 
     assert used == [13], "the long file went to the worker processes (and the other run did not)"
     assert stored["2"] == stored["1"]
     assert multiprocessing.active_children() == []
+
+
+def test_a_folder_of_small_files_is_written_a_group_at_a_time_and_stored_as_a_call_a_file_stores_it(
+    tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """One OTLP request a file (as exporters that write files leave them): the files are measured
+    and written together, not a write a file (or a chunk of one), a group while the next is
+    measured; what is stored, the files' issues and their progress lines are a call a file's."""
+    from collector import ingest as I
+    from collector.ingest import ingest_files
+    from collector.pipeline import Pipeline
+    from tests.collector.test_ingest_cli import write
+
+    files = []
+    for f in range(8):
+        trace = f"{f + 1:032x}"
+        spans = [tool(f * 10 + k, json.dumps([{"id": f * 10 + k, "n": k}] * (k + 1)), trace=trace) for k in range(6)]
+        files.append(write(tmp_path / f"r{f}.json", otlp(*spans, llm(f * 10 + 3, trace), llm(f * 10 + 9, trace))))
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"resourceSpans": [ {"oops" ')
+    files.insert(4, str(bad))
+    writes: list[int] = []
+    real = Pipeline.write
+
+    def counted(self, batch, queued=0):  # type: ignore[no-untyped-def]
+        writes.append(len(batch))
+        return real(self, batch, queued)
+
+    def stored(db: str) -> dict[str, list[tuple[object, ...]]]:
+        with read_connection(db) as con:
+            out = {}
+            for table, key in (("tool_calls", "span_id"), ("llm_calls", "span_id"), ("ingest_issues", "message")):
+                cols = [c[0] for c in con.execute(f"DESCRIBE {table}").fetchall() if c[0] not in SKIP | {"logged_at"}]
+                out[table] = con.execute(f"SELECT {', '.join(cols)} FROM {table} ORDER BY {key}").fetchall()
+            return out
+
+    one_by_one = str(tmp_path / "one.duckdb")
+    for path in files:
+        ingest_files([path], CollectorConfig(db=one_by_one))
+    monkeypatch.setattr(Pipeline, "write", counted)
+    runs, default = {}, I.GROUP_BYTES
+    for group_bytes in (default, 1):  # every file in one group; a group a file, one measured while one is written
+        monkeypatch.setattr(I, "GROUP_BYTES", group_bytes)
+        db, lines = str(tmp_path / f"g{group_bytes}.duckdb"), []
+        writes.clear()
+        summary = ingest_files(files, CollectorConfig(db=db), progress=lines.append)
+        runs[group_bytes] = len(writes)
+        assert summary.tool_calls == 48 and summary.llm_calls == 16 and summary.failed_files == [str(bad)]
+        assert lines == [f"{path}: {0 if path == str(bad) else 8} tool/LLM spans" for path in files]
+        assert stored(db) == stored(one_by_one)
+        assert [row[2] for row in stored(db)["ingest_issues"]] == [str(bad)], "the unreadable file is said"
+    # one write for the folder; a write a file with spans (the unreadable one joins the next)
+    assert runs == {default: 1, 1: len(files) - 1}
 
 
 def test_workers_whose_receiver_dies_while_they_start_end_too(tmp_path: Path) -> None:
