@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Iterator
+from itertools import islice
 
 from collector.decode.console import looks_like_console_json, read_console_spans
 from collector.decode.otlp_json import spans_from_request
@@ -76,15 +77,14 @@ def read_file(path: str, issues: list[Issue]) -> Iterator[SpanData]:
         yield from spans_from_request(request, path, issues)
         return
     except json.JSONDecodeError as whole_error:
-        lines = [ln for ln in text.splitlines() if ln.strip()]
-        if len(lines) < 2:
+        if len(list(islice(filter(str.strip, _lines(text)), 2))) < 2:  # one line: the file's own error
             raise InputError(
                 f"{path}: not valid JSON (line {whole_error.lineno}, column {whole_error.colno}: {whole_error.msg}). "
                 "Expected an OTLP/JSON ExportTraceServiceRequest, one per line, or ConsoleSpanExporter output."
             ) from whole_error
     except RecursionError as e:
         raise InputError(f"{path}: JSON nested too deeply to parse") from e
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(_lines(text), 1):
         if not line.strip():
             continue
         try:
@@ -93,6 +93,20 @@ def read_file(path: str, issues: list[Issue]) -> Iterator[SpanData]:
             issues.append(Issue(path, f"line {n} is not valid JSON ({e}); that line was skipped", level="error"))
             continue
         yield from spans_from_request(request, f"{path}:{n}", issues)
+
+
+def _lines(text: str) -> Iterator[str]:
+    """The lines of a JSON Lines text, one at a time: cut at ``\n`` only (a ``\r`` before it is
+    whitespace to JSON). ``str.splitlines`` also cuts at U+2028, U+2029 and U+0085, which JSON
+    allows unescaped inside a string (JavaScript's ``JSON.stringify`` leaves them so): a tool result
+    holding one would have cut its span's line in two, and lost the span."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        if end < 0:
+            end = len(text)
+        yield text[start:end]
+        start = end + 1
 
 
 def _read_protobuf(path: str, data: bytes, issues: list[Issue]) -> Iterator[SpanData]:

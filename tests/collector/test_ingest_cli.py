@@ -81,6 +81,26 @@ def test_jsonl_and_gzip_files_are_read(tmp_path: Path, db_path: str, capsys) -> 
     assert top_json(db_path, capsys)[0]["calls"] == 4
 
 
+def test_a_json_lines_result_holding_line_separators_json_allows_in_strings_is_read_whole(
+    tmp_path: Path, db_path: str, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    """U+2028, U+2029 and U+0085 may stand unescaped in a JSON string (JavaScript's JSON.stringify
+    leaves them so): a line is cut at a newline only, and its span's result kept as sent."""
+    result = "first\u2028second\u2029third\x85fourth"
+    path = tmp_path / "t.jsonl"
+    lines = [json.dumps(otlp(tool(1, result)), ensure_ascii=False), json.dumps(otlp(tool(2, "plain")))]
+    path.write_text(lines[0] + "\r\n\n" + lines[1] + "\n", encoding="utf-8")
+    assert main(["ingest", str(path), "--db", db_path]) == 0
+    assert "not valid JSON" not in "".join(capsys.readouterr())
+    with read_connection(db_path) as con:
+        rows = con.execute("SELECT span_id, raw_bytes FROM tool_calls ORDER BY span_id").fetchall()
+    assert rows == [(f"{1:016x}", len(result.encode())), (f"{2:016x}", 5)]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(lines[1] + "\n{oops\n" + lines[1] + "\n", encoding="utf-8")
+    assert main(["ingest", str(bad), "--db", db_path]) == 0
+    assert "line 2 is not valid JSON" in "".join(capsys.readouterr()), "lines numbered as the file has them"
+
+
 def test_ingesting_twice_does_not_double_count(tmp_path: Path, db_path: str, capsys) -> None:  # type: ignore[no-untyped-def]
     path = write(tmp_path / "t.json", otlp(tool(1, "hello")))
     assert main(["ingest", path, "--db", db_path]) == 0
