@@ -89,6 +89,8 @@ def ingest_files(
 
 
 def _read(path: str, summary: IngestSummary) -> _File:
+    """The tool and LLM spans of ``path``, counted in ``summary``; a file that cannot be read is
+    one issue of its own (its spans read before the problem are kept)."""
     summary.files += 1
     issues: list[Issue] = []
     items: list[Item] = []
@@ -118,6 +120,8 @@ class _Group:
 
 @dataclass
 class _Loader:
+    """Measures one group of files while the group before is written (by the calling thread)."""
+
     pipeline: Pipeline
     pool: ThreadPoolExecutor
     processes: MeasuringPool
