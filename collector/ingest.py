@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -34,13 +34,15 @@ slices of ~7,000 to ~14,000 small spans, where a write costs about the least a s
 
 @dataclass
 class _File:
-    """The tool and LLM spans of one file, and the problems met reading it."""
+    """The tool and LLM spans of one file, or of a part of a long one; the problems met reading it
+    come with its last part."""
 
     path: str
     items: list[Item]
     size: int
     """Bytes of the spans' attribute text."""
     issues: list[Issue]
+    last: bool = True
 
 
 @dataclass
@@ -77,10 +79,11 @@ def ingest_files(
         loader = _Loader(pipeline, pool, processes, workers, summary, progress)
         files: list[_File] = []
         for path in paths:
-            files.append(_read(path, summary))
-            if sum(f.size for f in files) >= GROUP_BYTES:
-                loader.take(files)
-                files = []
+            for part in _read(path, summary):
+                files.append(part)
+                if sum(f.size for f in files) >= GROUP_BYTES:
+                    loader.take(files)
+                    files = []
         loader.take(files)
         loader.finish()
     pipeline.refresh_rollups()  # the days these files closed are rolled now, not at the next write
@@ -88,9 +91,10 @@ def ingest_files(
     return summary
 
 
-def _read(path: str, summary: IngestSummary) -> _File:
-    """The tool and LLM spans of ``path``, counted in ``summary``; a file that cannot be read is
-    one issue of its own (its spans read before the problem are kept)."""
+def _read(path: str, summary: IngestSummary) -> Iterator[_File]:
+    """The tool and LLM spans of ``path``, counted in ``summary``, in parts of about
+    :data:`GROUP_BYTES` (a long JSON Lines file is read and measured a part at a time, never
+    whole); a file that cannot be read is one issue of its own (spans read before it are kept)."""
     summary.files += 1
     issues: list[Issue] = []
     items: list[Item] = []
@@ -99,13 +103,17 @@ def _read(path: str, summary: IngestSummary) -> _File:
         for span in read_file(path, issues):
             summary.spans += 1
             kind = classify(span.name, span.attributes)
-            if kind is not None:
-                items.append(Item(kind, span))
-                size += sum(len(v) for v in span.attributes.values() if isinstance(v, (str, bytes)))
+            if kind is None:
+                continue
+            items.append(Item(kind, span))
+            size += sum(len(v) for v in span.attributes.values() if isinstance(v, (str, bytes)))
+            if size >= GROUP_BYTES:
+                yield _File(path, items, size, [], last=False)
+                items, size = [], 0
     except InputError as e:
         summary.failed_files.append(path)
         issues.append(Issue(path, str(e).removeprefix(f"{path}: "), level="error"))
-    return _File(path, items, size, issues)
+    yield _File(path, items, size, issues)
 
 
 @dataclass
@@ -129,6 +137,8 @@ class _Loader:
     summary: IngestSummary
     progress: Callable[[str], None] | None
     _previous: _Group | None = None
+    _spans: dict[str, int] = field(default_factory=dict)
+    """Tool and LLM spans of a long file's parts written so far, for its progress line."""
 
     def take(self, files: list[_File]) -> None:
         """Start measuring the spans of ``files``, then write the group taken before (measured meanwhile)."""
@@ -166,7 +176,8 @@ class _Loader:
     def _write(self, group: _Group) -> None:
         """Write a group's batches, :data:`WRITE_SPANS` spans at a time, with its files' issues."""
         pipeline, summary, items, files = self.pipeline, self.summary, group.items, group.files
-        what = files[0].path if len(files) == 1 else f"{files[0].path} and {len(files) - 1:,} more file(s)"
+        paths = list(dict.fromkeys(f.path for f in files))
+        what = paths[0] if len(paths) == 1 else f"{paths[0]} and {len(paths) - 1:,} more file(s)"
         pending = pipeline.build_batch([], [i for f in files for i in f.issues])
         done = 0
         with pipeline.store.holding():  # one open and closing checkpoint for a group's writes
@@ -183,6 +194,9 @@ class _Loader:
                 pending = Batch()
                 if self.progress and done < len(items):  # long groups: say how far they are
                     self.progress(f"{what}: {done:,} of {len(items):,} tool/LLM spans measured")
-        if self.progress:
-            for f in files:
-                self.progress(f"{f.path}: {len(f.items)} tool/LLM spans")
+        for f in files:
+            spans = self._spans.pop(f.path, 0) + len(f.items)
+            if not f.last:
+                self._spans[f.path] = spans
+            elif self.progress:
+                self.progress(f"{f.path}: {spans} tool/LLM spans")

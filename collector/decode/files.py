@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from itertools import islice
 
 from collector.decode.console import looks_like_console_json, read_console_spans
+from collector.decode.lines import json_lines
 from collector.decode.otlp_json import spans_from_request
 from collector.decode.request import PROTOBUF, decode_traces
 from collector.errors import InputError
@@ -28,6 +29,10 @@ def read_file(path: str, issues: list[Issue]) -> Iterator[SpanData]:
     Raises:
         InputError: the file cannot be opened, decompressed or parsed at all.
     """
+    streamed = json_lines(path, issues)  # JSON Lines, the collector's file exporter's: a line at a time
+    if streamed is not None:
+        yield from streamed
+        return
     try:
         with open(path, "rb") as f:
             data = f.read()

@@ -101,6 +101,32 @@ def test_a_json_lines_result_holding_line_separators_json_allows_in_strings_is_r
     assert "line 2 is not valid JSON" in "".join(capsys.readouterr()), "lines numbered as the file has them"
 
 
+def test_a_json_lines_file_is_read_a_line_at_a_time(tmp_path: Path) -> None:
+    """A file's spans come as its lines are read: lines added to the file after its first span
+    was read are read too (a whole-file read would not see them). Plain and gzip-compressed; a
+    file of one line names its spans by the file, as a whole document does."""
+    from collector.decode.files import read_file
+
+    line = [json.dumps(otlp(tool(i, f"r{i}", trace=f"{i:032x}"))) for i in range(1, 4)]
+    path = tmp_path / "t.jsonl"
+    path.write_text(line[0] + "\n" + line[1] + "\n")
+    issues: list = []  # type: ignore[type-arg]
+    spans = read_file(str(path), issues)
+    first = next(spans)
+    with open(path, "a") as f:
+        f.write(line[2] + "\n")
+    read = [first, *spans]
+    assert [(s.span_id, s.source) for s in read] == [(f"{i:016x}", f"{path}:{i}") for i in range(1, 4)]
+    assert issues == []
+    zipped = tmp_path / "t.jsonl.gz"
+    with gzip.open(zipped, "wt") as f:
+        f.write("\n".join(line) + "\n")
+    assert [s.span_id for s in read_file(str(zipped), issues)] == [s.span_id for s in read]
+    one = tmp_path / "one.json"
+    one.write_text(line[0] + "\n\n")
+    assert [s.source for s in read_file(str(one), issues)] == [str(one)]
+
+
 def test_ingesting_twice_does_not_double_count(tmp_path: Path, db_path: str, capsys) -> None:  # type: ignore[no-untyped-def]
     path = write(tmp_path / "t.json", otlp(tool(1, "hello")))
     assert main(["ingest", path, "--db", db_path]) == 0

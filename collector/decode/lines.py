@@ -1,0 +1,94 @@
+"""OTLP/JSON Lines read from disk a line at a time (plain or gzip-compressed).
+
+The OpenTelemetry Collector's file exporter writes one ``ExportTraceServiceRequest`` a line,
+and its files grow to gigabytes. Read whole, a file's bytes, its text and its spans were in
+memory together (512 MB at the peak for 65 MB of lines); read a line at a time, the spans come
+as the file is read and the reader (``toolmeter ingest``) measures and writes them in parts.
+Lines are cut at ``\\n`` only: U+2028, U+2029 and U+0085 may stand unescaped in a JSON string.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from typing import IO, cast
+
+from collector.decode.otlp_json import spans_from_request
+from collector.errors import InputError
+from collector.model import Issue, SpanData
+
+
+def json_lines(path: str, issues: list[Issue]) -> Iterator[SpanData] | None:
+    """The spans of ``path`` read a line at a time, when its first line is a whole OTLP/JSON
+    request; None when it is not (another format, a request over several lines, a file that
+    cannot be read: the whole-file reader says what it is)."""
+    try:
+        with _open(path) as f:
+            for raw in f:
+                if raw.strip():
+                    request = json.loads(raw)
+                    break
+            else:
+                return None
+    except (OSError, EOFError, ValueError, RecursionError):  # ValueError: not JSON, not UTF-8
+        return None
+    if not isinstance(request, dict) or "resourceSpans" not in request:
+        return None
+    return _spans(path, issues)
+
+
+def _open(path: str) -> IO[bytes]:
+    with open(path, "rb") as f:
+        compressed = f.read(2) == b"\x1f\x8b"
+    if compressed:
+        return cast(IO[bytes], gzip.open(path, "rb"))
+    return open(path, "rb")
+
+
+def _spans(path: str, issues: list[Issue]) -> Iterator[SpanData]:
+    """Every request's spans, named ``path:N`` by line, or ``path`` when the file holds one."""
+    first: tuple[int, object] | None = None
+    more = False
+    offset = 0
+    said_utf8 = False
+    try:
+        with _open(path) as f:
+            for n, raw in enumerate(f, 1):
+                start, offset = offset, offset + len(raw)
+                if not raw.strip():
+                    continue
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    if not said_utf8:
+                        issues.append(Issue(path, f"is not valid UTF-8 (first bad byte at offset {start + e.start}); "
+                                                  "OTLP/JSON must be UTF-8. Invalid bytes were replaced with U+FFFD "
+                                                  "and the rest was read."))  # fmt: skip
+                        said_utf8 = True
+                    line = raw.decode("utf-8", errors="replace")
+                if first is None and not more:  # kept until a second line says the file has several
+                    first = (n, _parsed(line, n, path, issues))
+                    continue
+                if first is not None:
+                    yield from _request_spans(first[1], f"{path}:{first[0]}", issues)
+                    first = None
+                more = True
+                yield from _request_spans(_parsed(line, n, path, issues), f"{path}:{n}", issues)
+    except (OSError, EOFError) as e:
+        raise InputError(f"{path}: cannot be read to its end ({e})") from e
+    if first is not None:  # the only request: named by the file, as a whole document is
+        yield from _request_spans(first[1], path, issues)
+
+
+def _parsed(line: str, n: int, path: str, issues: list[Issue]) -> object:
+    try:
+        return json.loads(line)
+    except (json.JSONDecodeError, RecursionError) as e:
+        issues.append(Issue(path, f"line {n} is not valid JSON ({e}); that line was skipped", level="error"))
+        return None
+
+
+def _request_spans(request: object, source: str, issues: list[Issue]) -> Iterator[SpanData]:
+    if request is not None:
+        yield from spans_from_request(request, source, issues)
