@@ -22,20 +22,26 @@ from collector.model import Issue, SpanData
 def json_lines(path: str, issues: list[Issue]) -> Iterator[SpanData] | None:
     """The spans of ``path`` read a line at a time, when its first line is a whole OTLP/JSON
     request; None when it is not (another format, a request over several lines, a file that
-    cannot be read: the whole-file reader says what it is)."""
+    cannot be read: the whole-file reader says what it is). The first line is read once: a file
+    of one long line (one request, as ``json.dump`` writes it) is not parsed twice."""
     try:
-        with _open(path) as f:
-            for raw in f:
-                if raw.strip():
-                    request = json.loads(raw)
-                    break
-            else:
-                return None
+        f = _open(path)
+    except OSError:
+        return None
+    n = offset = 0
+    request: object = None
+    try:
+        for raw in f:
+            n, offset = n + 1, offset + len(raw)
+            if raw.strip():
+                request = json.loads(raw.decode("utf-8"))
+                break
     except (OSError, EOFError, ValueError, RecursionError):  # ValueError: not JSON, not UTF-8
-        return None
+        request = None
     if not isinstance(request, dict) or "resourceSpans" not in request:
+        f.close()
         return None
-    return _spans(path, issues)
+    return _spans(path, issues, f, (n, offset, request))
 
 
 def _open(path: str) -> IO[bytes]:
@@ -46,15 +52,15 @@ def _open(path: str) -> IO[bytes]:
     return open(path, "rb")
 
 
-def _spans(path: str, issues: list[Issue]) -> Iterator[SpanData]:
-    """Every request's spans, named ``path:N`` by line, or ``path`` when the file holds one."""
-    first: tuple[int, object] | None = None
-    more = False
-    offset = 0
+def _spans(path: str, issues: list[Issue], f: IO[bytes], read: tuple[int, int, object]) -> Iterator[SpanData]:
+    """Every request's spans, named ``path:N`` by line, or ``path`` when the file holds one;
+    ``read``: the first request's line number, the bytes up to its end, and it (parsed)."""
+    first: tuple[int, object] | None = (read[0], read[2])
+    offset = read[1]
     said_utf8 = False
     try:
-        with _open(path) as f:
-            for n, raw in enumerate(f, 1):
+        with f:
+            for n, raw in enumerate(f, read[0] + 1):
                 start, offset = offset, offset + len(raw)
                 if not raw.strip():
                     continue
@@ -67,13 +73,9 @@ def _spans(path: str, issues: list[Issue]) -> Iterator[SpanData]:
                                                   "and the rest was read."))  # fmt: skip
                         said_utf8 = True
                     line = raw.decode("utf-8", errors="replace")
-                if first is None and not more:  # kept until a second line says the file has several
-                    first = (n, _parsed(line, n, path, issues))
-                    continue
-                if first is not None:
+                if first is not None:  # a second line: the file has several, each named by its number
                     yield from _request_spans(first[1], f"{path}:{first[0]}", issues)
                     first = None
-                more = True
                 yield from _request_spans(_parsed(line, n, path, issues), f"{path}:{n}", issues)
     except (OSError, EOFError) as e:
         raise InputError(f"{path}: cannot be read to its end ({e})") from e
