@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from itertools import islice
 
 from collector.decode.console import looks_like_console_json, read_console_spans
-from collector.decode.lines import json_lines
+from collector.decode.lines import json_lines, line_spans, not_utf8, text_lines
 from collector.decode.otlp_json import spans_from_request
 from collector.decode.request import PROTOBUF, decode_traces
 from collector.errors import InputError
@@ -51,13 +51,7 @@ def read_file(path: str, issues: list[Issue]) -> Iterator[SpanData]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        issues.append(
-            Issue(
-                path,
-                f"is not valid UTF-8 (first bad byte at offset {e.start}); OTLP/JSON must be UTF-8. "
-                "Invalid bytes were replaced with U+FFFD and the rest was read.",
-            )
-        )
+        issues.append(not_utf8(path, e.start))
         text = data.decode("utf-8", errors="replace")
     if looks_like_console_json(text):
         yield from read_console_spans(text, path, issues)
@@ -82,36 +76,16 @@ def read_file(path: str, issues: list[Issue]) -> Iterator[SpanData]:
         yield from spans_from_request(request, path, issues)
         return
     except json.JSONDecodeError as whole_error:
-        if len(list(islice(filter(str.strip, _lines(text)), 2))) < 2:  # one line: the file's own error
+        if len(list(islice(filter(str.strip, text_lines(text)), 2))) < 2:  # one line: the file's own error
             raise InputError(
                 f"{path}: not valid JSON (line {whole_error.lineno}, column {whole_error.colno}: {whole_error.msg}). "
                 "Expected an OTLP/JSON ExportTraceServiceRequest, one per line, or ConsoleSpanExporter output."
             ) from whole_error
     except RecursionError as e:
         raise InputError(f"{path}: JSON nested too deeply to parse") from e
-    for n, line in enumerate(_lines(text), 1):
-        if not line.strip():
-            continue
-        try:
-            request = json.loads(line)
-        except (json.JSONDecodeError, RecursionError) as e:
-            issues.append(Issue(path, f"line {n} is not valid JSON ({e}); that line was skipped", level="error"))
-            continue
-        yield from spans_from_request(request, f"{path}:{n}", issues)
-
-
-def _lines(text: str) -> Iterator[str]:
-    """The lines of a JSON Lines text, one at a time: cut at ``\n`` only (a ``\r`` before it is
-    whitespace to JSON). ``str.splitlines`` also cuts at U+2028, U+2029 and U+0085, which JSON
-    allows unescaped inside a string (JavaScript's ``JSON.stringify`` leaves them so): a tool result
-    holding one would have cut its span's line in two, and lost the span."""
-    start = 0
-    while start < len(text):
-        end = text.find("\n", start)
-        if end < 0:
-            end = len(text)
-        yield text[start:end]
-        start = end + 1
+    for n, line in enumerate(text_lines(text), 1):
+        if line.strip():
+            yield from line_spans(line, n, path, issues)
 
 
 def _read_protobuf(path: str, data: bytes, issues: list[Issue]) -> Iterator[SpanData]:

@@ -68,29 +68,42 @@ def _spans(path: str, issues: list[Issue], f: IO[bytes], read: tuple[int, int, o
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as e:
                     if not said_utf8:
-                        issues.append(Issue(path, f"is not valid UTF-8 (first bad byte at offset {start + e.start}); "
-                                                  "OTLP/JSON must be UTF-8. Invalid bytes were replaced with U+FFFD "
-                                                  "and the rest was read."))  # fmt: skip
+                        issues.append(not_utf8(path, start + e.start))
                         said_utf8 = True
                     line = raw.decode("utf-8", errors="replace")
                 if first is not None:  # a second line: the file has several, each named by its number
-                    yield from _request_spans(first[1], f"{path}:{first[0]}", issues)
+                    yield from spans_from_request(first[1], f"{path}:{first[0]}", issues)
                     first = None
-                yield from _request_spans(_parsed(line, n, path, issues), f"{path}:{n}", issues)
+                yield from line_spans(line, n, path, issues)
     except (OSError, EOFError) as e:
         raise InputError(f"{path}: cannot be read to its end ({e})") from e
     if first is not None:  # the only request: named by the file, as a whole document is
-        yield from _request_spans(first[1], path, issues)
+        yield from spans_from_request(first[1], path, issues)
 
 
-def _parsed(line: str, n: int, path: str, issues: list[Issue]) -> object:
+def line_spans(line: str, n: int, path: str, issues: list[Issue]) -> Iterator[SpanData]:
+    """The spans of line ``n`` of a JSON Lines file, named ``path:n``; a line that is not JSON is
+    one issue and skipped."""
     try:
-        return json.loads(line)
+        request = json.loads(line)
     except (json.JSONDecodeError, RecursionError) as e:
         issues.append(Issue(path, f"line {n} is not valid JSON ({e}); that line was skipped", level="error"))
-        return None
+        return
+    yield from spans_from_request(request, f"{path}:{n}", issues)
 
 
-def _request_spans(request: object, source: str, issues: list[Issue]) -> Iterator[SpanData]:
-    if request is not None:
-        yield from spans_from_request(request, source, issues)
+def not_utf8(path: str, offset: int) -> Issue:
+    """The issue of a file whose bytes are not UTF-8 from ``offset`` (they are read as U+FFFD)."""
+    return Issue(path, f"is not valid UTF-8 (first bad byte at offset {offset}); OTLP/JSON must be UTF-8. "
+                       "Invalid bytes were replaced with U+FFFD and the rest was read.")  # fmt: skip
+
+
+def text_lines(text: str) -> Iterator[str]:
+    """The lines of a JSON Lines text, one at a time, cut at ``\\n`` only (see the module's docstring)."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        if end < 0:
+            end = len(text)
+        yield text[start:end]
+        start = end + 1
