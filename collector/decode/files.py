@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterator
 from itertools import islice
 
+from collector.decode import json_value
 from collector.decode.console import looks_like_console_json, read_console_spans
 from collector.decode.lines import json_lines, line_spans, not_utf8, text_lines
 from collector.decode.otlp_json import spans_from_request
@@ -57,7 +58,7 @@ def read_file(path: str, issues: list[Issue]) -> Iterator[SpanData]:
         yield from read_console_spans(text, path, issues)
         return
     try:
-        request = json.loads(text)
+        request = json_value.loads(text)
         if isinstance(request, dict) and isinstance(request.get("spans"), list) and "resourceSpans" not in request:
             yield from read_console_spans(text, path, issues)  # a {"spans": [...]} wrapper of to_json() objects
             return

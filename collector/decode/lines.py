@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterator
 from typing import IO, cast
 
+from collector.decode import json_value
 from collector.decode.otlp_json import spans_from_request
 from collector.errors import InputError
 from collector.model import Issue, SpanData
@@ -34,7 +35,7 @@ def json_lines(path: str, issues: list[Issue]) -> Iterator[SpanData] | None:
         for raw in f:
             n, offset = n + 1, offset + len(raw)
             if raw.strip():
-                request = json.loads(raw.decode("utf-8"))
+                request = json_value.loads(raw.decode("utf-8"))
                 break
     except (OSError, EOFError, ValueError, RecursionError):  # ValueError: not JSON, not UTF-8
         request = None
@@ -85,7 +86,7 @@ def line_spans(line: str, n: int, path: str, issues: list[Issue]) -> Iterator[Sp
     """The spans of line ``n`` of a JSON Lines file, named ``path:n``; a line that is not JSON is
     one issue and skipped."""
     try:
-        request = json.loads(line)
+        request = json_value.loads(line)
     except (json.JSONDecodeError, RecursionError) as e:
         issues.append(Issue(path, f"line {n} is not valid JSON ({e}); that line was skipped", level="error"))
         return

@@ -19,6 +19,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
+from collector.decode import json_value
 from collector.decode.otlp_json import any_value as json_any_value
 from collector.decode.otlp_json import attributes as json_attributes
 from collector.decode.otlp_json import spans_from_request, time_ns
@@ -176,7 +177,7 @@ def _check(
 
 def _json_body(body: bytes) -> Any:
     try:
-        doc = json.loads(body.decode("utf-8"))  # OTLP/JSON is UTF-8; json.loads(bytes) would guess
+        doc = json_value.loads(body.decode("utf-8"))  # OTLP/JSON is UTF-8; json.loads(bytes) would guess
     except UnicodeDecodeError as e:
         raise InputError(f"JSON body is not valid UTF-8 (first bad byte at offset {e.start})") from e
     except json.JSONDecodeError as e:

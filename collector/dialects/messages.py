@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from collector.measure import json_value
+from collector.decode import json_value
 from collector.measure.measurement import without_surrogates
 
 GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"

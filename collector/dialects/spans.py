@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from collector.decode import json_value
 from collector.dialects import attributes as A
 from collector.dialects.conventions import (
     ARGS_KEYS,
@@ -39,7 +40,6 @@ from collector.dialects.conventions import (
 from collector.dialects.reader import MAX_COUNT, SpanReader
 from collector.dialects.usage import read_context_edit, read_usage
 from collector.dialects.wrappers import unwrap
-from collector.measure import json_value
 from collector.measure.retention import parse_ranges
 from collector.measure.text import without_surrogates
 from collector.model import Issue, LlmCall, SpanData, ToolCall

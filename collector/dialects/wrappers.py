@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from collector.measure import json_value
+from collector.decode import json_value
 
 ADK_TOOL_RESPONSE = "gcp.vertex.agent.tool_response"
 

@@ -12,7 +12,7 @@ from itertools import chain, repeat
 from operator import itemgetter
 from typing import Any
 
-from collector.measure import json_value
+from collector.decode import json_value
 
 MAX_JSON_BYTES = 64 * 1024 * 1024
 """Larger JSON results are not parsed for shape and fingerprint (said in a warning)."""

@@ -1,17 +1,23 @@
-"""collector.measure.json_value.loads gives what json.loads gives: values, types and errors."""
+"""collector.decode.json_value.loads gives what json.loads gives: values, types and errors; the
+OTLP/JSON readers (HTTP bodies, trace files) that parse with it read what json.loads would."""
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.measure import json_value
+from collector.decode import json_value
+from collector.decode.files import read_file
+from collector.decode.request import JSON, decode_traces
+from collector.errors import InputError
 from collector.measure.shape import schema_of
+from collector.model import Issue
 
 scalars = (
     st.none()
@@ -109,3 +115,28 @@ def test_a_big_integer_keeps_its_fingerprint_type() -> None:
     # a float here would read as a changed schema ($[].id:number)
     _, fields, _ = schema_of(json_value.loads('[{"id": 123456789012345678901234567890}]'))
     assert fields == ["$:array", "$[].id:integer", "$[]:object"]
+
+
+def _request(value: str) -> str:
+    """An OTLP/JSON request of one tool span whose attribute ``x`` is the JSON text ``value``."""
+    return (
+        '{"resourceSpans": [{"resource": {}, "scopeSpans": [{"spans": [{"traceId": "' + "ab" * 16 + '", '
+        '"spanId": "' + "cd" * 8 + '", "name": "execute_tool t", "startTimeUnixNano": "1", "endTimeUnixNano": "2", '
+        '"attributes": [{"key": "gen_ai.tool.name", "value": {"stringValue": "t"}}, '
+        '{"key": "x", "value": {"doubleValue": ' + value + "}}]}]}]}]}"
+    )
+
+
+def test_otlp_json_bodies_and_lines_read_what_json_loads_reads(tmp_path: Path) -> None:
+    # NaN, which msgspec refuses and json.loads takes, and a number past a double's range
+    for value, want in (("NaN", math.isnan), ("1e999", math.isinf), ("2.5", lambda v: v == 2.5)):
+        body = _request(value)
+        span = decode_traces(body.encode(), JSON, "otlp").spans[0]
+        assert want(span.attributes["x"]), value
+        path = tmp_path / f"{value}.jsonl"
+        path.write_text(body + "\n" + body + "\n")
+        issues: list[Issue] = []
+        spans = list(read_file(str(path), issues))
+        assert len(spans) == 2 and all(want(s.attributes["x"]) for s in spans) and not issues, value
+    with pytest.raises(InputError, match=r"line 1, column 20: Expecting value"):
+        decode_traces(b'{"resourceSpans": [', JSON, "otlp")
