@@ -58,7 +58,11 @@ def _store_arguments(p: argparse.ArgumentParser, default: str) -> None:
 
 
 def _add_ingest(sub: Any, db_default: str) -> None:
-    p = sub.add_parser("ingest", help="load OTLP/JSON trace files (.json, .jsonl, .gz) into the store")
+    p = sub.add_parser(
+        "ingest",
+        help="load trace files into the store: OTLP/JSON (.json, .jsonl), OTLP protobuf (one request, or the "
+        "Collector file exporter's length-prefixed ones), ConsoleSpanExporter output; gzip or zstd",
+    )
     p.add_argument("files", nargs="+", help="files, globs or folders")
     _store_arguments(p, db_default)
     p.add_argument("--encoding", choices=ENCODINGS, default=None, help="tiktoken encoding (default o200k_base)")

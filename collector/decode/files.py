@@ -1,21 +1,26 @@
 """Read trace files into :class:`SpanData`: OTLP/JSON, JSON lines, ConsoleSpanExporter output, protobuf.
 
 Accepted: one ``ExportTraceServiceRequest`` per file, or one request per line (JSON Lines,
-as the OpenTelemetry Collector's file exporter writes), the SDK's ``ConsoleSpanExporter``
-output, or an OTLP protobuf request; any of them gzip-compressed (``.gz``). A span that
-cannot be read becomes an :class:`Issue` and the others are still read.
+as the OpenTelemetry Collector's file exporter writes), length-prefixed requests (its layout
+for ``format: proto`` and for ``compression: zstd``), the SDK's ``ConsoleSpanExporter`` output,
+or an OTLP protobuf request; any of them gzip- or zstd-compressed. A span that cannot be read
+becomes an :class:`Issue` and the others are still read.
 """
 
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from collections.abc import Iterator
 from itertools import islice
 
+import zstandard
+
 from collector.decode import json_value
 from collector.decode.console import looks_like_console_json, read_console_spans
-from collector.decode.lines import json_lines, line_spans, not_utf8, text_lines
+from collector.decode.framed import framed_spans
+from collector.decode.lines import GZIP_MAGIC, ZSTD_MAGIC, json_lines, line_spans, not_utf8, text_lines
 from collector.decode.otlp_json import spans_from_request
 from collector.decode.request import PROTOBUF, decode_traces
 from collector.errors import InputError
@@ -25,7 +30,7 @@ from collector.model import Issue, SpanData
 def read_file(path: str, issues: list[Issue]) -> Iterator[SpanData]:
     """Yield every span in a trace file: OTLP/JSON (one request, or one per line), the
     OpenTelemetry SDK's ``ConsoleSpanExporter`` output, or an OTLP protobuf
-    ``ExportTraceServiceRequest``; any of them gzip-compressed.
+    ``ExportTraceServiceRequest``, one or length-prefixed ones; any of them gzip- or zstd-compressed.
 
     Raises:
         InputError: the file cannot be opened, decompressed or parsed at all.
@@ -34,16 +39,25 @@ def read_file(path: str, issues: list[Issue]) -> Iterator[SpanData]:
     if streamed is not None:
         yield from streamed
         return
+    framed = framed_spans(path, issues)  # the file exporter's proto and zstd layout: a message at a time
+    if framed is not None:
+        yield from framed
+        return
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
         raise InputError(f"{path}: cannot read the file ({e.strerror})") from e
-    if data[:2] == b"\x1f\x8b":
+    if data[:2] == GZIP_MAGIC:
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError) as e:
             raise InputError(f"{path}: looks gzip-compressed but cannot be decompressed ({e})") from e
+    elif data[:4] == ZSTD_MAGIC:
+        try:
+            data = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True).read()
+        except zstandard.ZstdError as e:
+            raise InputError(f"{path}: looks zstd-compressed but cannot be decompressed ({e})") from e
     if not data.strip():
         raise InputError(f"{path}: the file is empty")
     if data.lstrip()[:1] not in (b"{", b"["):
@@ -95,7 +109,8 @@ def _read_protobuf(path: str, data: bytes, issues: list[Issue]) -> Iterator[Span
     except InputError as e:
         raise InputError(
             f"{path}: neither JSON nor an OTLP protobuf ExportTraceServiceRequest ({e}). "
-            "Accepted: OTLP/JSON, JSON lines, ConsoleSpanExporter output, OTLP protobuf; optionally gzipped."
+            "Accepted: OTLP/JSON, JSON lines, ConsoleSpanExporter output, OTLP protobuf (one request, or length-prefixed "
+            "ones as the Collector's file exporter writes them); optionally gzip- or zstd-compressed."
         ) from e
     issues += decoded.issues
     yield from decoded.spans

@@ -1,4 +1,4 @@
-"""OTLP/JSON Lines read from disk a line at a time (plain or gzip-compressed).
+"""OTLP/JSON Lines read from disk a line at a time (plain, gzip- or zstd-compressed).
 
 The OpenTelemetry Collector's file exporter writes one ``ExportTraceServiceRequest`` a line,
 and its files grow to gigabytes. Read whole, a file's bytes, its text and its spans were in
@@ -10,9 +10,12 @@ Lines are cut at ``\\n`` only: U+2028, U+2029 and U+0085 may stand unescaped in 
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from collections.abc import Iterator
 from typing import IO, cast
+
+import zstandard
 
 from collector.decode import json_value
 from collector.decode.otlp_json import spans_from_request
@@ -26,7 +29,7 @@ def json_lines(path: str, issues: list[Issue]) -> Iterator[SpanData] | None:
     cannot be read: the whole-file reader says what it is). The first line is read once: a file
     of one long line (one request, as ``json.dump`` writes it) is not parsed twice."""
     try:
-        f = _open(path)
+        f, _ = open_file(path)
     except OSError:
         return None
     n = offset = 0
@@ -37,7 +40,7 @@ def json_lines(path: str, issues: list[Issue]) -> Iterator[SpanData] | None:
             if raw.strip():
                 request = json_value.loads(raw.decode("utf-8"))
                 break
-    except (OSError, EOFError, ValueError, RecursionError):  # ValueError: not JSON, not UTF-8
+    except (OSError, EOFError, ValueError, RecursionError, zstandard.ZstdError):  # ValueError: not JSON, not UTF-8
         request = None
     if not isinstance(request, dict) or "resourceSpans" not in request:
         f.close()
@@ -45,12 +48,23 @@ def json_lines(path: str, issues: list[Issue]) -> Iterator[SpanData] | None:
     return _spans(path, issues, f, (n, offset, request))
 
 
-def _open(path: str) -> IO[bytes]:
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+"""The first bytes of a gzip member and of a zstd frame."""
+
+
+def open_file(path: str) -> tuple[IO[bytes], bool]:
+    """``path`` opened for reading its bytes, gzip or zstd undone as they are read (a zstd file
+    may hold several frames, as the Collector's file exporter writes them); and whether it was."""
     with open(path, "rb") as f:
-        compressed = f.read(2) == b"\x1f\x8b"
-    if compressed:
-        return cast(IO[bytes], gzip.open(path, "rb"))
-    return open(path, "rb")
+        magic = f.read(4)
+    if magic[:2] == GZIP_MAGIC:
+        return cast(IO[bytes], gzip.open(path, "rb")), True
+    if magic == ZSTD_MAGIC:
+        raw = open(path, "rb")  # noqa: SIM115 (closed with the reader that wraps it: closefd)
+        frames = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
+        return cast(IO[bytes], io.BufferedReader(frames)), True  # type: ignore[arg-type]
+    return open(path, "rb"), False
 
 
 def _spans(path: str, issues: list[Issue], f: IO[bytes], read: tuple[int, int, object]) -> Iterator[SpanData]:
@@ -76,7 +90,7 @@ def _spans(path: str, issues: list[Issue], f: IO[bytes], read: tuple[int, int, o
                     yield from spans_from_request(first[1], f"{path}:{first[0]}", issues)
                     first = None
                 yield from line_spans(line, n, path, issues)
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zstandard.ZstdError) as e:
         raise InputError(f"{path}: cannot be read to its end ({e})") from e
     if first is not None:  # the only request: named by the file, as a whole document is
         yield from spans_from_request(first[1], path, issues)
