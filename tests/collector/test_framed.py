@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from collector.cli import main
@@ -124,3 +126,19 @@ def test_ingest_stores_a_file_exporter_proto_file(tmp_path: Path, db_path: str, 
     assert f"{path}: 5 tool/LLM spans" in said.err and "5 tool calls" in said.out
     with read_connection(db_path) as con:
         assert con.execute("SELECT count(*), count(DISTINCT trace_id) FROM tool_calls").fetchone() == (5, 5)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.integers(0, 400), flips=st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)), max_size=4),
+       compressed=st.booleans())  # fmt: skip
+def test_a_damaged_file_reads_or_is_an_input_error(tmp_path: Path, cut: int, flips: list, compressed: bool) -> None:  # type: ignore[type-arg]
+    data = bytearray(_framed([_zstd(_proto(i)) if compressed else _proto(i) for i in range(1, 4)]))
+    for at, byte in flips:
+        data[at % len(data)] = byte
+    path = tmp_path / "damaged.pb"
+    path.write_bytes(bytes(data[: len(data) - cut]))
+    try:
+        spans, issues = _read(path)
+    except InputError:
+        return
+    assert all(isinstance(s, SpanData) for s in spans) and all(isinstance(i, Issue) for i in issues)
