@@ -58,7 +58,7 @@ def framed_spans(path: str, issues: list[Issue]) -> Iterator[SpanData] | None:
     if decoded is not None and (decoded.spans or decoded.rejected):
         return _spans(path, issues, f, decoded, size)
     f.close()
-    if isinstance(first, bytes) and size is not None and _tiles(path, size):
+    if isinstance(first, bytes) and first and size is not None and _tiles(path, size):
         raise InputError(
             f"{path}: length-prefixed messages (the OpenTelemetry Collector's file exporter's layout) whose first "
             "is no OTLP protobuf or OTLP/JSON request with spans, plain or zstd-compressed: snappy or lz4 "
