@@ -23,6 +23,7 @@ from collector.decode.framed import framed_spans
 from collector.decode.lines import GZIP_MAGIC, ZSTD_MAGIC, json_lines, line_spans, not_utf8, text_lines
 from collector.decode.otlp_json import spans_from_request
 from collector.decode.request import PROTOBUF, decode_traces
+from collector.decode.wire import Origin, WireError, request_pieces
 from collector.errors import InputError
 from collector.model import Issue, SpanData
 
@@ -104,7 +105,32 @@ def read_file(path: str, issues: list[Issue]) -> Iterator[SpanData]:
 
 
 def _read_protobuf(path: str, data: bytes, issues: list[Issue]) -> Iterator[SpanData]:
+    """The spans of one protobuf request, a piece of a few MB at a time (:mod:`collector.decode.wire`):
+    a request of hundreds of MB is not held as messages and records all at once."""
+    read = 0
     try:
+        for piece, origin in request_pieces(data):
+            try:
+                decoded = decode_traces(piece, PROTOBUF, path, origin)
+            except InputError as e:
+                if not read:
+                    raise
+                issues.append(Issue(path, f"the part from {_place(origin)} is not readable ({e}); it was skipped",
+                                    level="error"))  # fmt: skip
+                continue
+            read += 1
+            issues += decoded.issues
+            yield from decoded.spans
+    except WireError as e:
+        if read:
+            issues.append(Issue(path, f"the request is damaged or cut short ({e}); the rest of the file was not read",
+                                level="error"))  # fmt: skip
+            return
+    except InputError:
+        pass
+    if read:
+        return
+    try:  # nothing read from its pieces: read whole, for the protobuf library's own verdict
         decoded = decode_traces(data, PROTOBUF, path)
     except InputError as e:
         raise InputError(
@@ -114,3 +140,8 @@ def _read_protobuf(path: str, data: bytes, issues: list[Issue]) -> Iterator[Span
         ) from e
     issues += decoded.issues
     yield from decoded.spans
+
+
+def _place(origin: Origin) -> str:
+    r, s, p = origin
+    return f"resource_spans[{r}].scope_spans[{s}].spans[{p}]"

@@ -23,6 +23,7 @@ from collector.decode import json_value
 from collector.decode.otlp_json import any_value as json_any_value
 from collector.decode.otlp_json import attributes as json_attributes
 from collector.decode.otlp_json import spans_from_request, time_ns
+from collector.decode.wire import Origin
 from collector.errors import InputError
 from collector.model import MAX_TIME_NS, Issue, LogData, SpanData, gen_ai_events
 
@@ -83,12 +84,16 @@ def _rejection(span: Any, ri: int, si: int, pi: int, source: str) -> Issue | Non
     return None
 
 
-def _storable(req: ExportTraceServiceRequest, source: str, decoded: Decoded) -> Iterator[tuple[int, Any, Any]]:
+def _storable(
+    req: ExportTraceServiceRequest, source: str, decoded: Decoded, origin: Origin = (0, 0, 0)
+) -> Iterator[tuple[int, Any, Any]]:
     """(index of its resource spans, they, span) of each span the store can hold; the others are
-    counted in ``decoded``."""
-    for ri, rs in enumerate(req.resource_spans):
-        for si, ss in enumerate(rs.scope_spans):
-            for pi, span in enumerate(ss.spans):
+    counted in ``decoded``. ``origin``: where the request's first resource spans, scope spans and
+    span are in the whole one, when it is a piece of one (:mod:`collector.decode.wire`)."""
+    r0, s0, p0 = origin
+    for ri, rs in enumerate(req.resource_spans, r0):
+        for si, ss in enumerate(rs.scope_spans, s0 if ri == r0 else 0):
+            for pi, span in enumerate(ss.spans, p0 if ri == r0 and si == s0 else 0):
                 problem = _rejection(span, ri, si, pi, source)
                 if problem is None:
                     yield ri, rs, span
@@ -97,9 +102,11 @@ def _storable(req: ExportTraceServiceRequest, source: str, decoded: Decoded) -> 
                     decoded.issues.append(problem)
 
 
-def _spans_from_proto(req: ExportTraceServiceRequest, source: str, decoded: Decoded) -> Iterator[SpanData]:
+def _spans_from_proto(
+    req: ExportTraceServiceRequest, source: str, decoded: Decoded, origin: Origin
+) -> Iterator[SpanData]:
     resources: dict[int, dict[str, Any]] = {}
-    for ri, rs, span in _storable(req, source, decoded):
+    for ri, rs, span in _storable(req, source, decoded, origin):
         resource = resources.get(ri)
         if resource is None:
             resource = resources[ri] = _attrs(rs.resource.attributes)
@@ -122,8 +129,9 @@ def _spans_from_proto(req: ExportTraceServiceRequest, source: str, decoded: Deco
         )
 
 
-def decode_traces(body: bytes, content_type: str, source: str) -> Decoded:
-    """Decode an ``ExportTraceServiceRequest``.
+def decode_traces(body: bytes, content_type: str, source: str, origin: Origin = (0, 0, 0)) -> Decoded:
+    """Decode an ``ExportTraceServiceRequest`` (``origin``: where a protobuf piece of a larger
+    one starts in it, for the places problems are reported at).
 
     Raises:
         InputError: the body is not a decodable request of that content type.
@@ -134,7 +142,7 @@ def decode_traces(body: bytes, content_type: str, source: str) -> Decoded:
             req = ExportTraceServiceRequest.FromString(body)
         except DecodeError as e:
             raise InputError(f"body is not a protobuf ExportTraceServiceRequest ({e})") from e
-        decoded.spans = list(_spans_from_proto(req, source, decoded))
+        decoded.spans = list(_spans_from_proto(req, source, decoded, origin))
         return decoded
     doc = _json_body(body)
     spans = list(spans_from_request(doc, source, decoded.issues))
