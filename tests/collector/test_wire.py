@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
@@ -123,3 +123,28 @@ def test_a_cut_or_damaged_large_file_keeps_what_reads_and_says_what_did_not(tmp_
     path.write_bytes(bytes(first))
     with pytest.raises(InputError, match="neither JSON nor an OTLP protobuf"):  # the first piece: as a whole request
         list(read_file(str(path), []))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.integers(0, 3000), flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=6),
+       limit=st.integers(1, 3000))  # fmt: skip
+def test_a_damaged_request_gives_pieces_or_a_wire_error_and_a_file_reads_or_is_an_input_error(
+    tmp_path: Path, cut: int, flips: list[tuple[int, int]], limit: int
+) -> None:
+    data = bytearray(_request([[[300, 10], [700]], [[10] * 6]], bad={2}))
+    for at, byte in flips:
+        data[at % len(data)] = byte
+    damaged = bytes(data[: max(1, len(data) - cut)])
+    try:
+        for piece, _ in request_pieces(damaged, limit):
+            assert isinstance(piece, bytes) and piece
+    except WireError:
+        pass
+    path = tmp_path / "damaged.pb"
+    path.write_bytes(damaged)
+    issues: list[Issue] = []
+    try:
+        spans = list(read_file(str(path), issues))
+    except InputError:
+        return
+    assert all(isinstance(s, SpanData) for s in spans) and all(isinstance(i, Issue) for i in issues)
