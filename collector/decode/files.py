@@ -10,7 +10,6 @@ becomes an :class:`Issue` and the others are still read.
 from __future__ import annotations
 
 import gzip
-import io
 import json
 from collections.abc import Iterator
 from itertools import islice
@@ -20,7 +19,7 @@ import zstandard
 from collector.decode import json_value
 from collector.decode.console import looks_like_console_json, read_console_spans
 from collector.decode.framed import framed_spans
-from collector.decode.lines import GZIP_MAGIC, ZSTD_MAGIC, json_lines, line_spans, not_utf8, text_lines
+from collector.decode.lines import GZIP_MAGIC, ZSTD_MAGIC, json_lines, line_spans, not_utf8, text_lines, unzstd
 from collector.decode.otlp_json import spans_from_request
 from collector.decode.request import PROTOBUF, decode_traces
 from collector.decode.wire import Origin, WireError, request_pieces
@@ -56,7 +55,7 @@ def read_file(path: str, issues: list[Issue]) -> Iterator[SpanData]:
             raise InputError(f"{path}: looks gzip-compressed but cannot be decompressed ({e})") from e
     elif data[:4] == ZSTD_MAGIC:
         try:
-            data = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True).read()
+            data = unzstd(data)
         except zstandard.ZstdError as e:
             raise InputError(f"{path}: looks zstd-compressed but cannot be decompressed ({e})") from e
     if not data.strip():
@@ -114,7 +113,7 @@ def _read_protobuf(path: str, data: bytes, issues: list[Issue]) -> Iterator[Span
                 decoded = decode_traces(piece, PROTOBUF, path, origin)
             except InputError as e:
                 if not read:
-                    raise
+                    break  # the first piece: the file is read whole below, for the parser's own verdict
                 issues.append(Issue(path, f"the part from {_place(origin)} is not readable ({e}); it was skipped",
                                     level="error"))  # fmt: skip
                 continue
@@ -125,9 +124,6 @@ def _read_protobuf(path: str, data: bytes, issues: list[Issue]) -> Iterator[Span
         if read:
             issues.append(Issue(path, f"the request is damaged or cut short ({e}); the rest of the file was not read",
                                 level="error"))  # fmt: skip
-            return
-    except InputError:
-        pass
     if read:
         return
     try:  # nothing read from its pieces: read whole, for the protobuf library's own verdict

@@ -15,7 +15,6 @@ read is an issue of its own, the others still read.
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Iterator
 from dataclasses import replace
@@ -23,7 +22,7 @@ from typing import IO
 
 import zstandard
 
-from collector.decode.lines import ZSTD_MAGIC, open_file
+from collector.decode.lines import ZSTD_MAGIC, open_file, unzstd
 from collector.decode.request import JSON, PROTOBUF, Decoded, decode_traces
 from collector.errors import InputError
 from collector.model import Issue, SpanData
@@ -107,7 +106,7 @@ def _decoded(message: bytes, source: str) -> Decoded:
     """
     if message[:4] == ZSTD_MAGIC:
         try:
-            message = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(message), read_across_frames=True).read()
+            message = unzstd(message)
         except zstandard.ZstdError as e:
             raise InputError(f"its zstd frame does not decompress ({e})") from e
     content_type = JSON if message.lstrip()[:1] == b"{" else PROTOBUF

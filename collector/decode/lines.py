@@ -67,6 +67,15 @@ def open_file(path: str) -> tuple[IO[bytes], bool]:
     return open(path, "rb"), False
 
 
+def unzstd(data: bytes) -> bytes:
+    """``data`` decompressed, every zstd frame of it.
+
+    Raises:
+        zstandard.ZstdError: it is not zstd, or is cut short.
+    """
+    return zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True).read()
+
+
 def _spans(path: str, issues: list[Issue], f: IO[bytes], read: tuple[int, int, object]) -> Iterator[SpanData]:
     """Every request's spans, named ``path:N`` by line, or ``path`` when the file holds one;
     ``read``: the first request's line number, the bytes up to its end, and it (parsed)."""

@@ -15,7 +15,7 @@ sit in the whole request, so that a problem with a span is reported by its place
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 PIECE_BYTES = 4 * 2**20
 """About the size of a piece: the Collector's file exporter writes batches of a few MB, which
@@ -26,9 +26,12 @@ Origin = tuple[int, int, int]
 that one's first span in the whole request."""
 
 _LENGTH_DELIMITED = 2
-_RESOURCE_SPANS = 1  # TracesData.resource_spans
-_SCOPE_SPANS = 2  # ResourceSpans.scope_spans
-_SPANS = 2  # ScopeSpans.spans
+_NESTED = (1, 2, 2)
+"""The repeated field a piece is cut along, level by level: ``TracesData.resource_spans``,
+``ResourceSpans.scope_spans``, ``ScopeSpans.spans``."""
+
+_Field = tuple[int, int, int]
+"""Where a field's tag starts, where its value starts, where it ends."""
 
 
 class WireError(ValueError):
@@ -48,90 +51,63 @@ def request_pieces(data: bytes, limit: int = PIECE_BYTES) -> Iterator[tuple[byte
             it were whole.
     """
     buf = memoryview(data)
-    start = end = 0  # the run of whole resource spans (and any other fields between them) not yet given
-    first = ri = -1
-    try:
-        for number, tag_at, value_at, field_end in _fields(buf, 0, len(buf)):
-            if number != _RESOURCE_SPANS:
-                continue
-            ri += 1
-            if field_end - tag_at > limit:
-                if end > start:
-                    yield bytes(buf[start:end]), (first, 0, 0)
-                start = end = field_end
-                yield from _resource_pieces(buf, value_at, field_end, ri, limit)
-                continue
-            if end > start and field_end - start > limit:
-                yield bytes(buf[start:end]), (first, 0, 0)
-                start = end
-            if end == start:
-                start, first = tag_at, ri
-            end = field_end
-    except WireError:  # the whole resource spans walked before a broken field are given first
-        if end > start:
-            yield bytes(buf[start:end]), (first, 0, 0)
-        raise
-    if end > start:
-        yield bytes(buf[start:end]), (first, 0, 0)
+    resources = ((t, v, e) for number, t, v, e in _fields(buf, 0, len(buf)) if number == _NESTED[0])
+    for piece, place in _pieces(buf, b"", resources, 0, limit, ()):
+        r, s, p = (*place, 0, 0)[:3]
+        yield piece, (r, s, p)
 
 
-def _resource_pieces(buf: memoryview, start: int, end: int, ri: int, limit: int) -> Iterator[tuple[bytes, Origin]]:
-    """One ``resource_spans`` larger than a piece: its scope spans a run at a time, each run
-    with the resource's other fields (its resource, its schema URL)."""
-    head: list[memoryview] = []
-    scopes: list[tuple[int, int, int]] = []
-    for number, tag_at, value_at, field_end in _fields(buf, start, end):
-        if number == _SCOPE_SPANS:
-            scopes.append((tag_at, value_at, field_end))
-        else:
-            head.append(buf[tag_at:field_end])
-    resource = b"".join(head)
-    run: list[memoryview] = []
-    size = first = 0
-    for si, (tag_at, value_at, field_end) in enumerate(scopes):
-        whole = field_end - tag_at
-        if run and len(resource) + size + whole > limit:
-            yield _request(resource + b"".join(run)), (ri, first, 0)
-            run, size = [], 0
-        if len(resource) + whole <= limit:
-            if not run:
-                first = si
-            run.append(buf[tag_at:field_end])
-            size += whole
+def _pieces(
+    buf: memoryview, head: bytes, fields: Iterable[_Field], level: int, budget: int, place: tuple[int, ...]
+) -> Iterator[tuple[bytes, tuple[int, ...]]]:
+    """A message's content as pieces: its other fields (``head``) with a run of its ``fields``
+    (those of its repeated field at ``level``) at a time; a field larger than the budget alone
+    is cut the same way along its own repeated field, and wrapped back. With each piece, the
+    index of its first field at each level."""
+    budget -= len(head)
+    for i, run in _runs(fields, budget):
+        tag_at, value_at, end = run[0]
+        if len(run) > 1 or end - tag_at <= budget or level + 1 == len(_NESTED):
+            yield head + b"".join(buf[t:e] for t, _, e in run), (*place, i)
             continue
-        for scope, pi in _scope_pieces(buf, value_at, field_end, limit - len(resource)):
-            yield _request(resource + _field(_SCOPE_SPANS, scope)), (ri, si, pi)
+        inner_head, inner = _split(buf, value_at, end, _NESTED[level + 1])
+        for body, origin in _pieces(buf, inner_head, inner, level + 1, budget, (*place, i)):
+            yield head + _field(_NESTED[level], body), origin
+
+
+def _runs(fields: Iterable[_Field], budget: int) -> Iterator[tuple[int, list[_Field]]]:
+    """Consecutive fields of at most ``budget`` bytes together (a larger one alone), with the
+    index of each run's first; at a broken field, the run before it is given first."""
+    run: list[_Field] = []
+    size = first = 0
+    try:
+        for i, f in enumerate(fields):
+            if run and size + f[2] - f[0] > budget:
+                yield first, run
+                run, size = [], 0
+            if not run:
+                first = i
+            run.append(f)
+            size += f[2] - f[0]
+    except WireError:
+        if run:
+            yield first, run
+        raise
     if run:
-        yield _request(resource + b"".join(run)), (ri, first, 0)
+        yield first, run
 
 
-def _scope_pieces(buf: memoryview, start: int, end: int, limit: int) -> Iterator[tuple[bytes, int]]:
-    """One ``scope_spans`` larger than a piece, as scope spans of a run of its spans each, with
-    the index of the run's first span."""
+def _split(buf: memoryview, start: int, end: int, repeated: int) -> tuple[bytes, list[_Field]]:
+    """The fields of the message in ``buf[start:end]``: those other than ``repeated`` (tagged,
+    joined), and where each ``repeated`` one is."""
     head: list[memoryview] = []
-    spans: list[tuple[int, int]] = []
-    for number, tag_at, _, field_end in _fields(buf, start, end):
-        if number == _SPANS:
-            spans.append((tag_at, field_end))
+    fields: list[_Field] = []
+    for number, tag_at, value_at, field_end in _fields(buf, start, end):
+        if number == repeated:
+            fields.append((tag_at, value_at, field_end))
         else:
             head.append(buf[tag_at:field_end])
-    scope = b"".join(head)
-    run: list[memoryview] = []
-    size = first = 0
-    for pi, (tag_at, field_end) in enumerate(spans):
-        if run and len(scope) + size + field_end - tag_at > limit:
-            yield scope + b"".join(run), first
-            run, size = [], 0
-        if not run:
-            first = pi
-        run.append(buf[tag_at:field_end])
-        size += field_end - tag_at
-    if run:
-        yield scope + b"".join(run), first
-
-
-def _request(resource_spans: bytes) -> bytes:
-    return _field(_RESOURCE_SPANS, resource_spans)
+    return b"".join(head), fields
 
 
 def _field(number: int, value: bytes) -> bytes:
